@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 import vecsample.envs
 from vecsample.envs import TASK_ENV_IDS, NormalizedActionWrapper, TaskEnv
@@ -30,14 +32,31 @@ def test_every_env_runs_and_reports_its_task(env_id: str) -> None:
         task = env.unwrapped.sample_tasks(3)[1]
         env.unwrapped.reset_task(task)
         obs, info = env.reset(seed=1)
-        assert info["task"] is task
+        assert_same_task(info["task"], task)
         assert env.observation_space.contains(obs)
-        obs, reward, _, _, info = env.step(env.action_space.sample())
-        assert info["task"] is task
+        obs, reward, _, _, step_info = env.step(env.action_space.sample())
+        assert_same_task(step_info["task"], task)
+        assert step_info["task"] is not info["task"]  # a fresh copy per call: users keep infos
         assert obs.dtype == np.float32 and obs.shape == env.observation_space.shape
         assert isinstance(reward, float)
     finally:
         env.close()
+
+
+def assert_same_task(got: dict[str, Any], task: dict[str, Any]) -> None:
+    assert got.keys() == task.keys()
+    for key, value in task.items():
+        np.testing.assert_array_equal(got[key], value)
+
+
+@pytest.mark.parametrize("env_id", TASK_ENV_IDS)
+def test_gymnasium_check_env_passes(env_id: str) -> None:
+    env = gym.make(env_id, disable_env_checker=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # Infinite bounds (MuJoCo) and Bandit's constant observation are as in pytorch-maml-rl.
+        warnings.filterwarnings("ignore", message=".*(infinity|values are equal)")
+        check_env(env.unwrapped, skip_render_check=True)
 
 
 def test_specs_pickle_and_build_envs() -> None:

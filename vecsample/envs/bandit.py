@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from vecsample.envs.base import Task
+from vecsample.envs.base import Task, task_info
 
 FloatArray = NDArray[np.float32]
 
@@ -42,8 +42,8 @@ class BernoulliBanditEnv(gym.Env[FloatArray, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[FloatArray, dict[str, Any]]:
         super().reset(seed=seed)
-        return np.zeros(1, dtype=np.float32), {"task": self._task}
+        return np.zeros(1, dtype=np.float32), {"task": task_info(self._task)}
 
     def step(self, action: np.int64) -> tuple[FloatArray, float, bool, bool, dict[str, Any]]:
         reward = float(self.np_random.binomial(1, self._means[int(action)]))
-        return np.zeros(1, dtype=np.float32), reward, True, False, {"task": self._task}
+        return np.zeros(1, dtype=np.float32), reward, True, False, {"task": task_info(self._task)}

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from vecsample.envs.base import Task
+from vecsample.envs.base import Task, task_info
 
 FloatArray = NDArray[np.float32]
 
@@ -60,11 +60,11 @@ class TabularMDPEnv(gym.Env[FloatArray, np.int64]):
     ) -> tuple[FloatArray, dict[str, Any]]:
         super().reset(seed=seed)
         self._state = 0
-        return self._observation(), {"task": self._task}
+        return self._observation(), {"task": task_info(self._task)}
 
     def step(self, action: np.int64) -> tuple[FloatArray, float, bool, bool, dict[str, Any]]:
         a = int(action)
         reward = float(self.np_random.normal(self._rewards_mean[self._state, a], 1.0))
         next_state = self.np_random.choice(self.num_states, p=self._transitions[self._state, a])
         self._state = int(next_state)
-        return self._observation(), reward, False, False, {"task": self._task}
+        return self._observation(), reward, False, False, {"task": task_info(self._task)}

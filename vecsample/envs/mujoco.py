@@ -24,7 +24,7 @@ from gymnasium.envs.mujoco.ant_v5 import AntEnv as AntV5
 from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv as HalfCheetahV5
 from numpy.typing import NDArray
 
-from vecsample.envs.base import Task
+from vecsample.envs.base import Task, task_info
 
 FloatArray = NDArray[np.float32]
 StepReturn = tuple[FloatArray, float, bool, bool, dict[str, Any]]
@@ -63,11 +63,15 @@ class _HalfCheetahTaskEnv(HalfCheetahV5):
         forward_velocity = (float(self.data.qpos[0]) - x_before) / self.dt
         forward_reward = self._task_reward(forward_velocity)
         ctrl_cost = CHEETAH_CTRL_COST * float(np.sum(np.square(action)))
-        info = {"reward_forward": forward_reward, "reward_ctrl": -ctrl_cost, "task": self._task}
+        info = {
+            "reward_forward": forward_reward,
+            "reward_ctrl": -ctrl_cost,
+            "task": task_info(self._task),
+        }
         return self._get_obs(), forward_reward - ctrl_cost, False, False, info
 
     def _get_reset_info(self) -> dict[str, Any]:
-        return {"task": self._task}
+        return {"task": task_info(self._task)}
 
 
 class HalfCheetahVelEnv(_HalfCheetahTaskEnv):
@@ -160,12 +164,12 @@ class _AntTaskEnv(AntV5):
             "reward_ctrl": -ctrl_cost,
             "reward_contact": -contact_cost,
             "reward_survive": ANT_SURVIVE_REWARD,
-            "task": self._task,
+            "task": task_info(self._task),
         }
         return self._get_obs(), reward, not self._alive(), False, info
 
     def _get_reset_info(self) -> dict[str, Any]:
-        return {"task": self._task}
+        return {"task": task_info(self._task)}
 
     def _forward_velocity(self, xy_before: NDArray[np.float64]) -> float:
         return (float(self.data.body("torso").xpos[0]) - float(xy_before[0])) / self.dt

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from vecsample.envs.base import Task
+from vecsample.envs.base import Task, task_info
 
 FloatArray = NDArray[np.float32]
 
@@ -46,7 +46,7 @@ class Navigation2DEnv(gym.Env[FloatArray, FloatArray]):
     ) -> tuple[FloatArray, dict[str, Any]]:
         super().reset(seed=seed)
         self._state = np.zeros(2, dtype=np.float32)
-        return self._state.copy(), {"task": self._task}
+        return self._state.copy(), {"task": task_info(self._task)}
 
     def step(self, action: FloatArray) -> tuple[FloatArray, float, bool, bool, dict[str, Any]]:
         velocity = np.clip(np.asarray(action, dtype=np.float32), -0.1, 0.1)
@@ -54,4 +54,4 @@ class Navigation2DEnv(gym.Env[FloatArray, FloatArray]):
         dx, dy = self._state - self._goal
         reward = -float(np.sqrt(dx**2 + dy**2))
         terminated = bool(abs(dx) < 0.01 and abs(dy) < 0.01)
-        return self._state.copy(), reward, terminated, False, {"task": self._task}
+        return self._state.copy(), reward, terminated, False, {"task": task_info(self._task)}
