@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -43,3 +44,22 @@ def test_unknown_command_and_help():
     ok = subprocess.run([sys.executable, "-m", "vecsample", "--help"], capture_output=True,
                         text=True, cwd=ROOT)
     assert ok.returncode == 0 and "compare" in ok.stdout
+
+
+def test_readme_quick_start_runs(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    code = re.findall(r"```python\n(.+?)```", readme, re.S)[0]
+    body = "\n".join("    " + line for line in code.splitlines())
+    script = tmp_path / "quick_start.py"
+    script.write_text(f'if __name__ == "__main__":\n{body}\n    print("done")\n')
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "done"
+
+
+def test_queue_choice_experiment_runs():
+    proc = subprocess.run([sys.executable, "experiments/queue_choice.py", "--round-trips", "50",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, check=True)
+    assert "pipe-bytes" in proc.stdout
