@@ -13,6 +13,7 @@ from vecsample.maml.policies import (
     get_input_size,
     get_policy_for_env,
 )
+from vecsample.maml.sampler import MultiTaskSampler
 
 __all__ = [
     "CONFIGS",
@@ -20,6 +21,7 @@ __all__ = [
     "CategoricalMLPPolicy",
     "LinearFeatureBaseline",
     "MetaConfig",
+    "MultiTaskSampler",
     "NormalMLPPolicy",
     "Policy",
     "get_input_size",

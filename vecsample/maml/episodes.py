@@ -71,7 +71,7 @@ class BatchEpisodes:
         observations: ArrayLike,
         actions: ArrayLike,
         rewards: ArrayLike,
-        batch_ids: Sequence[int | None],
+        batch_ids: Sequence[int | None] | NDArray[np.integer[Any]],
     ) -> None:
         """Adds one step for each episode in ``batch_ids`` (``None`` entries are skipped).
 
