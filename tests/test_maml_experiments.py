@@ -51,3 +51,15 @@ def test_maml_trpo_then_maml_test(tmp_path: Path) -> None:
     assert "2 inner steps: mean return" in stdout
     adaptation = json.loads((out / "adaptation.json").read_text())
     assert adaptation["steps"] == [0, 1, 2] and len(adaptation["mean_return"]) == 3
+
+
+def test_maml_timing_runs(tmp_path: Path) -> None:
+    out = tmp_path / "timing.json"
+    stdout = run(
+        "maml_timing.py", "--config", "bandit-k5-n10", "--repeats", "1", "--bare-steps", "200",
+        "--json", str(out),
+    )  # fmt: skip
+    assert "ratio" in stdout
+    record = json.loads(out.read_text())
+    assert record["steps"] == 20 * 10 * 2  # 20 tasks x 10 one-step episodes x (train + valid)
+    assert record["ratio"] > 0 and len(record["bare_rates_before_after"]) == 2

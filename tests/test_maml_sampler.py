@@ -46,7 +46,14 @@ def meta_sampler(env_name: str, batch_size: int, num_workers: int, **kwargs: Any
     )
 
 
-@pytest.fixture(params=[("TabularMDP-v0", 1), ("TabularMDP-v0", 3), ("2DNavigation-v0", 3)])
+@pytest.fixture(
+    params=[
+        ("TabularMDP-v0", 1),
+        ("TabularMDP-v0", 3),
+        ("2DNavigation-v0", 1),
+        ("2DNavigation-v0", 3),
+    ]
+)
 def sampler(request: pytest.FixtureRequest) -> Iterator[MultiTaskSampler]:
     env_name, num_workers = request.param
     with meta_sampler(env_name, batch_size=7, num_workers=num_workers, seed=0) as s:

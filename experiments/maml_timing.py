@@ -1,0 +1,132 @@
+# Docs: docs/maml.md#halfcheetahdir-sampling-time (the timing there comes from this script)
+"""Wall time of one MultiTaskSampler meta-batch against the bare single-process loop.
+
+The paper's HalfCheetahDir config: 40 tasks x 20 episodes x 100 steps, train and valid rounds,
+so 160,000 env steps per meta-batch. The bare loop steps one HalfCheetahDir-v5 env (same
+wrappers, zero actions, reset at each episode's end) in this process, with no policy: its rate
+``r`` (the mean of a run before and one after the sampler's) gives the ideal time
+``steps / (cores * r)``. The sampler's time is the median over
+``--repeats`` calls of ``sample()`` after one warm-up call (the warm-up starts the workers), and
+includes everything: policy inference, baseline fits, advantages, the inner update.
+
+Run: ``python experiments/maml_timing.py --repeats 3``
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import vecsample.envs  # noqa: F401  (registers the task envs)
+from vecsample.maml import (
+    LinearFeatureBaseline,
+    MultiTaskSampler,
+    get_input_size,
+    get_policy_for_env,
+    load_config,
+)
+
+
+@dataclass
+class Args:
+    config: str = "halfcheetah-dir"
+    """a shipped config name or a JSON/YAML file"""
+    num_workers: int = 2
+    """vecsample worker processes"""
+    cores: int = 2
+    """cores in the ideal time steps / (cores * bare rate)"""
+    repeats: int = 3
+    """timed meta-batches (after one warm-up); the median is reported"""
+    bare_steps: int = 20000
+    """steps of the bare single-process loop"""
+    json: str = ""
+    """optional path for the results"""
+
+
+def bare_rate(env_name: str, env_kwargs: dict[str, object], steps: int) -> float:
+    """Steps per second of one env in this process, zero actions, resets included."""
+    env = gym.make(env_name, **env_kwargs)
+    env.reset(seed=0)
+    action = np.zeros(env.action_space.shape, dtype=np.float32)
+    start = time.perf_counter()
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def main(args: Args) -> dict[str, float]:
+    cfg = load_config(args.config)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # the sampler's own thread does the inference; keep main quiet
+    env = gym.make(cfg.env_name, **cfg.env_kwargs)
+    policy = get_policy_for_env(env, cfg.hidden_sizes, cfg.nonlinearity)
+    baseline = LinearFeatureBaseline(get_input_size(env))
+    rates = [bare_rate(cfg.env_name, cfg.env_kwargs, args.bare_steps)]
+    times = []
+    with MultiTaskSampler(
+        cfg.env_name, cfg.env_kwargs, cfg.fast_batch_size, policy, baseline, env=env,
+        seed=0, num_workers=args.num_workers,
+    ) as sampler:  # fmt: skip
+        for i in range(args.repeats + 1):
+            tasks = sampler.sample_tasks(cfg.meta_batch_size)
+            start = time.perf_counter()
+            train, valid = sampler.sample(
+                tasks,
+                num_steps=cfg.num_steps,
+                fast_lr=cfg.fast_lr,
+                gamma=cfg.gamma,
+                gae_lambda=cfg.gae_lambda,
+            )
+            if i > 0:  # the first call starts the workers
+                times.append(time.perf_counter() - start)
+        # The steps of the last call (HalfCheetah never terminates: every call has as many).
+        steps = sum(sum(b.lengths) for b in [*(e for t in train for e in t), *valid])
+    # The cores are shared: measure the bare loop before and after, and use the mean rate.
+    rates.append(bare_rate(cfg.env_name, cfg.env_kwargs, args.bare_steps))
+    rate = statistics.mean(rates)
+    ideal = steps / (args.cores * rate)
+    result = {
+        "steps": steps,
+        "bare_rate_steps_per_s": rate,
+        "bare_rates_before_after": rates,
+        "ideal_s": ideal,
+        "sampler_s_median": statistics.median(times),
+        "sampler_s_all": times,
+        "ratio": statistics.median(times) / ideal,
+        "load_average_1min": os.getloadavg()[0],
+    }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": dataclasses.asdict(args), **result}, f, indent=2)
+    return result
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for field in dataclasses.fields(Args):
+        default = getattr(Args(), field.name)
+        parser.add_argument(
+            f"--{field.name.replace('_', '-')}", type=type(default), default=default
+        )
+    return Args(**vars(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    r = main(parse_args())
+    print(
+        f"{r['steps']} steps; bare loop {r['bare_rate_steps_per_s']:.0f} steps/s; ideal "
+        f"{r['ideal_s']:.2f} s; sampler {r['sampler_s_median']:.2f} s (median); "
+        f"ratio {r['ratio']:.2f}; load average {r['load_average_1min']:.1f}"
+    )
