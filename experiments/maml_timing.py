@@ -7,7 +7,9 @@ wrappers, zero actions, reset at each episode's end) in this process, with no po
 ``r`` (the mean of a run before and one after the sampler's) gives the ideal time
 ``steps / (cores * r)``. The sampler's time is the median over
 ``--repeats`` calls of ``sample()`` after one warm-up call (the warm-up starts the workers), and
-includes everything: policy inference, baseline fits, advantages, the inner update.
+includes everything: policy inference, baseline fits, advantages, the inner update. On shared
+cores the workers' own env.step time (``MultiTaskSampler.stats()``) is reported too: it shows
+how much slower the envs ran inside the workers than in the bare loop.
 
 Run: ``python experiments/maml_timing.py --repeats 3``
 """
@@ -81,6 +83,8 @@ def main(args: Args) -> dict[str, float]:
     ) as sampler:  # fmt: skip
         for i in range(args.repeats + 1):
             tasks = sampler.sample_tasks(cfg.meta_batch_size)
+            if i == 1:
+                before = sampler.stats()
             start = time.perf_counter()
             train, valid = sampler.sample(
                 tasks,
@@ -91,12 +95,16 @@ def main(args: Args) -> dict[str, float]:
             )
             if i > 0:  # the first call starts the workers
                 times.append(time.perf_counter() - start)
+        after = sampler.stats()
         # The steps of the last call (HalfCheetah never terminates: every call has as many).
         steps = sum(sum(b.lengths) for b in [*(e for t in train for e in t), *valid])
     # The cores are shared: measure the bare loop before and after, and use the mean rate.
     rates.append(bare_rate(cfg.env_name, cfg.env_kwargs, args.bare_steps))
     rate = statistics.mean(rates)
     ideal = steps / (args.cores * rate)
+    # What the workers spent inside env.step during the timed calls: on shared cores this shows
+    # how much of the wall time is the envs running slower than the bare loop did.
+    worker_step_s = (after["env_step_s"] - before["env_step_s"]) / args.repeats
     result = {
         "steps": steps,
         "bare_rate_steps_per_s": rate,
@@ -105,6 +113,9 @@ def main(args: Args) -> dict[str, float]:
         "sampler_s_median": statistics.median(times),
         "sampler_s_all": times,
         "ratio": statistics.median(times) / ideal,
+        "worker_env_step_us": 1e6 * worker_step_s / steps,
+        "bare_env_step_us": 1e6 / rate,
+        "wall_over_worker_step_time": statistics.median(times) / (worker_step_s / args.num_workers),
         "load_average_1min": os.getloadavg()[0],
     }
     if args.json:
@@ -129,4 +140,9 @@ if __name__ == "__main__":
         f"{r['steps']} steps; bare loop {r['bare_rate_steps_per_s']:.0f} steps/s; ideal "
         f"{r['ideal_s']:.2f} s; sampler {r['sampler_s_median']:.2f} s (median); "
         f"ratio {r['ratio']:.2f}; load average {r['load_average_1min']:.1f}"
+    )
+    print(
+        f"env.step in the workers {r['worker_env_step_us']:.0f} us against "
+        f"{r['bare_env_step_us']:.0f} us bare; wall / (worker step time / workers) "
+        f"{r['wall_over_worker_step_time']:.2f}"
     )

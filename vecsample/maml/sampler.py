@@ -251,6 +251,14 @@ class MultiTaskSampler:
         """``sample_wait(sample_async(tasks, **kwargs))``."""
         return self.sample_wait(self.sample_async(tasks, **kwargs))
 
+    def stats(self) -> dict[str, float]:
+        """The workers' ``VecSampler.stats()`` (env step time, sends, waits) since they started.
+
+        Empty before the first ``sample_async`` and after ``close()``; the counters restart when
+        the workers are rebuilt (another number of tasks, or after a failure).
+        """
+        return {} if self._vec is None else self._vec.stats()
+
     def close(self) -> None:
         """Stops a sample under way, ends the workers. Idempotent."""
         if self.closed:
