@@ -17,6 +17,7 @@ Run: ``python experiments/maml_timing.py --repeats 3``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import torch
 
 import vecsample.envs  # noqa: F401  (registers the task envs)
@@ -55,17 +57,28 @@ class Args:
     """optional path for the results"""
 
 
-def bare_rate(env_name: str, env_kwargs: dict[str, object], steps: int) -> float:
-    """Steps per second of one env in this process, zero actions, resets included."""
+def bare_rate(env_name: str, env_kwargs: dict[str, object], steps: int) -> tuple[float, float]:
+    """Steps per wall second and CPU seconds per step of one env in this process."""
     env = gym.make(env_name, **env_kwargs)
     env.reset(seed=0)
     action = np.zeros(env.action_space.shape, dtype=np.float32)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         _, _, terminated, truncated, _ = env.step(action)
         if terminated or truncated:
             env.reset()
-    return steps / (time.perf_counter() - start)
+    return steps / (time.perf_counter() - start), (time.process_time() - cpu) / steps
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and every live descendant (the workers)."""
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def main(args: Args) -> dict[str, float]:
@@ -75,7 +88,7 @@ def main(args: Args) -> dict[str, float]:
     env = gym.make(cfg.env_name, **cfg.env_kwargs)
     policy = get_policy_for_env(env, cfg.hidden_sizes, cfg.nonlinearity)
     baseline = LinearFeatureBaseline(get_input_size(env))
-    rates = [bare_rate(cfg.env_name, cfg.env_kwargs, args.bare_steps)]
+    bare = [bare_rate(cfg.env_name, cfg.env_kwargs, args.bare_steps)]
     times = []
     with MultiTaskSampler(
         cfg.env_name, cfg.env_kwargs, cfg.fast_batch_size, policy, baseline, env=env,
@@ -84,7 +97,7 @@ def main(args: Args) -> dict[str, float]:
         for i in range(args.repeats + 1):
             tasks = sampler.sample_tasks(cfg.meta_batch_size)
             if i == 1:
-                before = sampler.stats()
+                before, cpu_before = sampler.stats(), tree_cpu_s()
             start = time.perf_counter()
             train, valid = sampler.sample(
                 tasks,
@@ -95,12 +108,13 @@ def main(args: Args) -> dict[str, float]:
             )
             if i > 0:  # the first call starts the workers
                 times.append(time.perf_counter() - start)
-        after = sampler.stats()
+        after, cpu_after = sampler.stats(), tree_cpu_s()
         # The steps of the last call (HalfCheetah never terminates: every call has as many).
         steps = sum(sum(b.lengths) for b in [*(e for t in train for e in t), *valid])
     # The cores are shared: measure the bare loop before and after, and use the mean rate.
-    rates.append(bare_rate(cfg.env_name, cfg.env_kwargs, args.bare_steps))
-    rate = statistics.mean(rates)
+    bare.append(bare_rate(cfg.env_name, cfg.env_kwargs, args.bare_steps))
+    rate = statistics.mean(r for r, _ in bare)
+    bare_cpu = statistics.mean(c for _, c in bare)
     ideal = steps / (args.cores * rate)
     # What the workers spent inside env.step during the timed calls: on shared cores this shows
     # how much of the wall time is the envs running slower than the bare loop did.
@@ -108,7 +122,7 @@ def main(args: Args) -> dict[str, float]:
     result = {
         "steps": steps,
         "bare_rate_steps_per_s": rate,
-        "bare_rates_before_after": rates,
+        "bare_rates_before_after": [r for r, _ in bare],
         "ideal_s": ideal,
         "sampler_s_median": statistics.median(times),
         "sampler_s_all": times,
@@ -116,6 +130,10 @@ def main(args: Args) -> dict[str, float]:
         "worker_env_step_us": 1e6 * worker_step_s / steps,
         "bare_env_step_us": 1e6 / rate,
         "wall_over_worker_step_time": statistics.median(times) / (worker_step_s / args.num_workers),
+        # Contention-proof view: CPU seconds the whole sampler (main + workers) spent per
+        # meta-batch against the bare loop's CPU seconds for as many steps. On dedicated cores
+        # with perfect overlap the wall-time ratio would equal it.
+        "cpu_ratio": (cpu_after - cpu_before) / args.repeats / (steps * bare_cpu),
         "load_average_1min": os.getloadavg()[0],
     }
     if args.json:
@@ -144,5 +162,5 @@ if __name__ == "__main__":
     print(
         f"env.step in the workers {r['worker_env_step_us']:.0f} us against "
         f"{r['bare_env_step_us']:.0f} us bare; wall / (worker step time / workers) "
-        f"{r['wall_over_worker_step_time']:.2f}"
+        f"{r['wall_over_worker_step_time']:.2f}; CPU ratio {r['cpu_ratio']:.2f}"
     )
