@@ -62,4 +62,7 @@ def test_maml_timing_runs(tmp_path: Path) -> None:
     assert "ratio" in stdout
     record = json.loads(out.read_text())
     assert record["steps"] == 20 * 10 * 2  # 20 tasks x 10 one-step episodes x (train + valid)
-    assert record["ratio"] > 0 and len(record["bare_rates_before_after"]) == 2
+    for bare in (record["1env"], record["block"]):
+        assert bare["ratio"] > 0 and bare["cpu_ratio"] > 0
+        assert len(bare["rates_before_after"]) == 2
+    assert record["block"]["envs"] == 100  # 20 tasks x 10 episodes over 2 workers
