@@ -62,6 +62,8 @@ class Args:
     """repeats of each measurement; tables show medians, ratios are per repeat"""
     scale: float = 1.0
     """multiplies envs per worker and iterations of a preset (for a small machine)"""
+    interleave_groups: bool = False
+    """open every group's sampler at once and alternate groups each repeat (side by side)"""
     model: bool = False
     """also predict each configuration with vecsample.timeout_model"""
     seed: int = 0
@@ -80,10 +82,12 @@ PRESETS: dict[str, dict[str, Any]] = {
                    "iterations": 1000, "timeouts": ["none", "0.1", "0.01", "0.001", "0.0001"]},
     "seed-large": {"envs": ["HalfCheetah-v5"], "workers": [8], "envs_per_worker": [4000],
                    "iterations": 1000, "timeouts": ["none", "0.1", "0.01", "0.001", "0.0001"]},
-    "p6": {"envs": ["sleep"], "workers": [1, 16], "envs_per_worker": [1], "step_time": 0.02,
-           "timeouts": ["none"], "policies": ["random"], "seconds": 3.0, "repeats": 5},
+    "p6": {"envs": ["sleep"], "workers": [1, 16], "envs_per_worker": [1], "step_time": 0.05,
+           "timeouts": ["none", "0.001"], "policies": ["random"], "seconds": 3.0, "repeats": 5,
+           "interleave_groups": True},
     "p7": {"envs": ["straggler", "sleep", "CartPole-v1"], "workers": [8], "envs_per_worker": [1],
-           "step_time": 0.002, "timeouts": ["none", "0.0001"], "seconds": 3.0, "repeats": 5},
+           "step_time": 0.002, "timeouts": ["none", "0.0001"], "seconds": 2.0, "repeats": 5,
+           "policy_latency": [0.0, 0.001]},
     "crossover": {"envs": ["uniform"], "workers": [8], "envs_per_worker": [4], "step_time": 0.001,
                   "policy_latency": [0.0, 0.0005, 0.001, 0.002, 0.004], "policies": ["random"],
                   "timeouts": ["none", "0.0001"], "seconds": 2.0, "repeats": 3},
@@ -118,7 +122,7 @@ def grid_of(args: Args) -> compare.Grid:
         timeouts=compare.parse_timeouts(args.timeouts), policies=args.policies,
         policy_latencies=args.policy_latency, step_time=args.step_time, seconds=args.seconds,
         iterations=None if args.iterations is None else max(1, round(args.iterations * scale)),
-        repeats=args.repeats, seed=args.seed,
+        repeats=args.repeats, seed=args.seed, interleave_groups=args.interleave_groups,
     )
 
 
@@ -168,6 +172,23 @@ def _predict_row(row: dict[str, Any], times: np.ndarray, overheads: dict[int, fl
     row["gap/mean %"] = 100 * (lambda m, g: g / m)(*tm.straggler_gap(times, w, n))
 
 
+def scaling(results: list[compare.LoopResult]) -> list[dict[str, Any]]:
+    """Steps/s at each worker count over the fewest workers, per repeat, then the median."""
+    by: dict[tuple[Any, ...], dict[int, dict[int, float]]] = {}
+    for r in results:
+        key = (r.env, r.policy, r.policy_latency, r.envs_per_worker, r.timeout)
+        by.setdefault(key, {}).setdefault(r.workers, {})[r.repeat] = r.steps_per_s
+    rows = []
+    for (env, policy, _, per, timeout), counts in by.items():
+        base = counts[min(counts)]
+        for w, reps in sorted(counts.items()):
+            ratios = [reps[k] / base[k] for k in reps if k in base]
+            rows.append({"env": env, "policy": policy, "n": per, "timeout": str(timeout),
+                         "workers": w, "x fewest workers": float(np.median(ratios)),
+                         "min": float(np.min(ratios)), "max": float(np.max(ratios))})
+    return rows
+
+
 # --- output --------------------------------------------------------------------------------------
 
 
@@ -187,7 +208,7 @@ def environment() -> dict[str, Any]:
             "load_avg": os.getloadavg(), "python": platform.python_version(),
             "numpy": np.__version__, "torch": torch.__version__,
             "gymnasium": gymnasium.__version__, "commit": cmd("git", "rev-parse", "HEAD"),
-            "command": " ".join([sys.executable.split("/")[-1], *sys.argv])}
+            "command": " ".join(["python -m experiments.timeout_comparison", *sys.argv[1:]])}
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
@@ -236,10 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         predict(grid, rows)
     print(compare.format_table(rows))
+    scale_rows = scaling(results) if len(grid.workers) > 1 else []
+    if scale_rows:
+        print(compare.format_table(scale_rows))
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report = {"environment": environment(), "args": dataclasses.asdict(args),
-              "grid": dataclasses.asdict(grid), "summary": rows,
+              "grid": dataclasses.asdict(grid), "summary": rows, "scaling": scale_rows,
               "results": [dataclasses.asdict(r) for r in results]}
     report["plots"] = plot(rows, out)
     (out / "results.json").write_text(json.dumps(report, indent=2))

@@ -14,6 +14,7 @@ repeat by repeat, so a ratio is measured side by side even on a loaded machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import json
@@ -196,13 +197,13 @@ def with_latency(policy: Policy, latency: float) -> Policy:
     return slow
 
 
-def make_policy(spec: str, sampler: VecSampler, latency: float = 0.0, seed: int = 0) -> Policy:
-    """``"random"`` or ``"mlp:H1,H2,..."`` for this sampler's spaces, plus a per-call latency."""
+def make_policy(spec: str, observation_space: gym.Space[Any], action_space: gym.Space[Any],
+                latency: float = 0.0, seed: int = 0) -> Policy:
+    """``"random"`` or ``"mlp:H1,H2,..."`` for these spaces, plus a per-call latency."""
     if spec == "random":
-        base = random_policy(sampler.single_action_space, seed)
+        base = random_policy(action_space, seed)
     elif spec.split(":")[0] == "mlp":
-        base = mlp_policy(sampler.single_observation_space, sampler.single_action_space,
-                          parse_hidden(spec), seed)
+        base = mlp_policy(observation_space, action_space, parse_hidden(spec), seed)
     else:
         raise ConfigError(f"a policy is 'random' or 'mlp:H1,H2,...', got {spec!r}")
     return with_latency(base, latency)
@@ -234,6 +235,7 @@ class Grid:
     iterations: int | None = None
     repeats: int = 3
     seed: int = 0
+    interleave_groups: bool = False
 
     def groups(self) -> Iterator[tuple[str, int, int]]:
         for env in self.envs:
@@ -248,31 +250,67 @@ class Grid:
         return len(list(self.groups())) * self.runs_per_group()
 
 
-def measure_group(grid: Grid, env: str, workers: int, per: int,
-                  progress: Callable[[LoopResult], None] | None = None) -> list[LoopResult]:
-    """One sampler for (env, workers, per); policies and timeouts interleaved per repeat."""
+@dataclass
+class _Group:
+    """One open sampler of a sweep, with its policies."""
+
+    env: str
+    sampler: VecSampler
+    policies: dict[tuple[str, float], Policy]
+
+
+def _open_group(grid: Grid, env: str, workers: int, per: int) -> _Group:
     fns = env_factories(env, workers * per, grid.step_time)
-    out: list[LoopResult] = []
-    max_steps = None if grid.iterations is None else grid.iterations * workers * per
-    seconds = math.inf if grid.iterations is not None else grid.seconds
-    with VecSampler(fns, num_workers=workers, infos=False, seed=grid.seed) as sampler:
-        policies = {(spec, lat): make_policy(spec, sampler, lat, grid.seed)
+    sampler = VecSampler(fns, num_workers=workers, infos=False, seed=grid.seed)
+    spaces = sampler.single_observation_space, sampler.single_action_space
+    try:
+        policies = {(spec, lat): make_policy(spec, *spaces, lat, grid.seed)
                     for spec in grid.policies for lat in grid.policy_latencies}
-        for repeat in range(grid.repeats):
-            for (spec, lat), policy in policies.items():
-                for timeout in grid.timeouts:
-                    r = sampling_loop(sampler, timeout, seconds, policy,
-                                      seed=grid.seed + repeat, max_steps=max_steps)
-                    r.env, r.policy, r.policy_latency, r.repeat = env, spec, lat, repeat
-                    out.append(r)
-                    if progress is not None:
-                        progress(r)
+    except BaseException:
+        sampler.close()
+        raise
+    return _Group(env, sampler, policies)
+
+
+def _run_repeat(grid: Grid, g: _Group, repeat: int,
+                progress: Callable[[LoopResult], None] | None) -> list[LoopResult]:
+    """Every policy and timeout of one group, once."""
+    n = g.sampler.num_envs
+    max_steps = None if grid.iterations is None else grid.iterations * n
+    seconds = math.inf if grid.iterations is not None else grid.seconds
+    out = []
+    for (spec, lat), policy in g.policies.items():
+        for timeout in grid.timeouts:
+            r = sampling_loop(g.sampler, timeout, seconds, policy, seed=grid.seed + repeat,
+                              max_steps=max_steps)
+            r.env, r.policy, r.policy_latency, r.repeat = g.env, spec, lat, repeat
+            out.append(r)
+            if progress is not None:
+                progress(r)
     return out
 
 
+def measure_group(grid: Grid, env: str, workers: int, per: int,
+                  progress: Callable[[LoopResult], None] | None = None) -> list[LoopResult]:
+    """One sampler for (env, workers, per); policies and timeouts interleaved per repeat."""
+    g = _open_group(grid, env, workers, per)
+    with g.sampler:
+        return [r for repeat in range(grid.repeats) for r in _run_repeat(grid, g, repeat, progress)]
+
+
 def sweep(grid: Grid, progress: Callable[[LoopResult], None] | None = None) -> list[LoopResult]:
-    """Every measurement of ``grid``, group by group."""
-    return [r for g in grid.groups() for r in measure_group(grid, *g, progress=progress)]
+    """Every measurement of ``grid``: group by group, or with ``grid.interleave_groups`` every
+    group's sampler open at once and the groups taking turns each repeat, so that ratios across
+    groups (16 workers against 1) are side by side too."""
+    if not grid.interleave_groups:
+        return [r for g in grid.groups() for r in measure_group(grid, *g, progress=progress)]
+    with contextlib.ExitStack() as stack:
+        groups = []
+        for key in grid.groups():
+            groups.append(_open_group(grid, *key))
+            stack.enter_context(groups[-1].sampler)
+        return [r for repeat in range(grid.repeats) for g in groups
+                for r in _run_repeat(grid, g, repeat, progress)]
 
 
 # --- summary -------------------------------------------------------------------------------------
