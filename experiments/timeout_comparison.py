@@ -88,9 +88,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "p7": {"envs": ["straggler", "sleep", "CartPole-v1"], "workers": [8], "envs_per_worker": [1],
            "step_time": 0.002, "timeouts": ["none", "0.0001"], "seconds": 2.0, "repeats": 5,
            "policy_latency": [0.0, 0.001]},
-    "crossover": {"envs": ["uniform"], "workers": [8], "envs_per_worker": [4], "step_time": 0.001,
-                  "policy_latency": [0.0, 0.0005, 0.001, 0.002, 0.004], "policies": ["random"],
-                  "timeouts": ["none", "0.0001"], "seconds": 2.0, "repeats": 3},
+    "crossover": {"envs": ["uniform"], "workers": [8], "envs_per_worker": [4], "step_time": 0.005,
+                  "policy_latency": [0.0, 0.002, 0.004, 0.008, 0.016, 0.032],
+                  "policies": ["random"], "timeouts": ["none", "0.0001"], "seconds": 2.0,
+                  "repeats": 5},
 }
 
 
