@@ -170,7 +170,8 @@ def _predict_row(row: dict[str, Any], times: np.ndarray, overheads: dict[int, fl
     row["model steps/s"] = part.steps_per_s
     row["model x full"] = part.steps_per_s / full.steps_per_s
     row["model workers/recv"] = part.workers_per_recv
-    row["gap/mean %"] = 100 * (lambda m, g: g / m)(*tm.straggler_gap(times, w, n))
+    mean, gap = tm.straggler_gap(times, w, n)
+    row["gap/mean %"], row["gap ms"] = 100 * gap / mean, 1e3 * gap
 
 
 def scaling(results: list[compare.LoopResult]) -> list[dict[str, Any]]:
@@ -249,6 +250,40 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
     return ["throughput.png", "time_split.png"]
 
 
+def plot_crossover(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    """crossover.png: partial ÷ full against the per-call policy latency, measured and model."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+    for r in rows:
+        if r["timeout"] != "full":
+            spec, _, lat = r["policy"].partition("+")
+            ms = float(lat.removesuffix("ms")) if lat else 0.0
+            lines.setdefault(f"{r['env']} {r['W x n']} {spec} timeout={r['timeout']}",
+                             []).append((ms, r))
+    if not lines or max(len(v) for v in lines.values()) < 2:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, points in lines.items():
+        points.sort(key=lambda p: p[0])
+        xs = [p[0] for p in points]
+        ax.plot(xs, [p[1]["x full"] for p in points], marker="o", label=f"{name} measured")
+        if "model x full" in points[0][1]:
+            ax.plot(xs, [p[1]["model x full"] for p in points], ls="--", marker="x",
+                    label=f"{name} model")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set(xlabel="fixed policy latency per call (ms)", ylabel="partial steps/s ÷ full",
+           title="When partial batches pay: step-time spread against per-call cost")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "crossover.png", dpi=110)
+    plt.close(fig)
+    return ["crossover.png"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     grid = grid_of(args)
@@ -266,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"environment": environment(), "args": dataclasses.asdict(args),
               "grid": dataclasses.asdict(grid), "summary": rows, "scaling": scale_rows,
               "results": [dataclasses.asdict(r) for r in results]}
-    report["plots"] = plot(rows, out)
+    report["plots"] = plot(rows, out) + plot_crossover(rows, out)
     (out / "results.json").write_text(json.dumps(report, indent=2))
     print(f"wrote {out / 'results.json'} and {', '.join(report['plots'])}")
     return 0
