@@ -12,7 +12,8 @@ wait / policy / other, writes ``results.json`` and PNG plots under ``--out-dir``
 Presets: the seed's two setups (``seed-small``: 8 workers x 20 HalfCheetah envs, ``seed-large``:
 8 x 4000, 1000 iterations each; ``--scale`` shrinks envs per worker and iterations for a small
 machine), ``p6`` (sleeping envs, 1 vs 16 workers), ``p7`` (stragglers vs uniform envs) and
-``crossover`` (a fixed per-call policy latency swept against a step-time spread).
+``crossover`` (a fixed per-call policy latency swept against a step-time spread) and
+``n-sweep`` (envs per worker swept at a fixed per-call latency: the seed's sqrt(n) argument).
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "p7": {"envs": ["straggler", "sleep", "CartPole-v1"], "workers": [8], "envs_per_worker": [1],
            "step_time": 0.002, "timeouts": ["none", "0.0001"], "seconds": 2.0, "repeats": 5,
            "policy_latency": [0.0, 0.001]},
+    "n-sweep": {"envs": ["uniform"], "workers": [8], "envs_per_worker": [1, 4, 16, 64],
+                "step_time": 0.001, "policy_latency": [0.004], "policies": ["random"],
+                "timeouts": ["none", "0.0001"], "seconds": 3.0, "repeats": 3},
     "crossover": {"envs": ["uniform"], "workers": [8], "envs_per_worker": [4], "step_time": 0.005,
                   "policy_latency": [0.0, 0.002, 0.004, 0.008, 0.016, 0.032],
                   "policies": ["random"], "timeouts": ["none", "0.0001"], "seconds": 2.0,
