@@ -103,6 +103,20 @@ class SlowEnv(CountingEnv):
         return super().step(action)
 
 
+class StragglerEnv(SlowEnv):
+    """The straggler env: a SlowEnv with the heavy tail by default.
+
+    A step sleeps ``step_time * (Pareto(1.5) + 0.5)``: the median is about 1.09 * ``step_time``,
+    the mean 2.5 * ``step_time``, and one step in 100 takes 20 times the median or more. Partial
+    batches pay here (docs/timeout.md).
+    """
+
+    def __init__(self, env_index: int = 0, step_time: float = 0.001, tail: str = "heavy",
+                 spread: float = 0.5, length: int = 1_000_000, seed: int = 0) -> None:
+        super().__init__(env_index=env_index, step_time=step_time, tail=tail, spread=spread,
+                         length=length, seed=seed)
+
+
 class RaisingEnv(CountingEnv):
     """Raises ``RuntimeError`` in ``step`` at step ``at_step``, or in ``reset``.
 
