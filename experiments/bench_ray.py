@@ -121,7 +121,8 @@ def main() -> None:
     print(f"| actors' time spent collecting (median) | {statistics.median(busy):.0%} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": asdict(args), "local": local, "ray": remote, "busy": busy}, f, indent=2)
+            json.dump({"args": asdict(args), "local": local, "ray": remote, "busy": busy}, f,
+                      indent=2)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,20 @@ visible, and from FixedActionPolicy, whose action is its weights.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 import pytest
 import ray
+from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
 from vecsample import errors
@@ -194,3 +198,18 @@ def test_bad_arguments_are_config_errors(cluster: Cluster) -> None:
                    {"num_actors": 0}):
         with pytest.raises(errors.ConfigError):
             RaySampler(fns(CountingEnv, 2), FixedActionPolicy, **kwargs)
+
+
+def test_ppo_ray_example_runs_on_a_tiny_budget(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = Path(__file__).resolve().parents[1] / "experiments" / "ppo_ray.py"
+    spec = importlib.util.spec_from_file_location("ppo_ray", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "ppo_ray", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)  # the actors cannot import it by name
+    args = module.Args(total_steps=64, actors=1, envs_per_actor=2, chunk_length=16, epochs=1)
+    curve = module.train(args)
+    assert len(curve) == 2  # 64 steps in chunks of 16 x 2
