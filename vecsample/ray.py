@@ -8,8 +8,9 @@ read-only; torch tensors would be copied).
 
 * Weights: ``set_weights(w)`` puts ``w`` in the object store once and bumps the version; the ref
   travels with every later request and each chunk says which version it was sampled under.
-* Receiving: every actor keeps up to ``in_flight`` requests queued (double buffering: it starts
-  the next chunk the moment one is done). ``recv()`` waits for one chunk from every live actor
+* Receiving: every actor is topped up to ``in_flight`` requests at each ``recv`` and
+  ``set_weights`` (double buffering with 2: it works on one chunk while the trainer
+  updates). ``recv()`` waits for one chunk from every live actor
   (full); ``recv(timeout, min_chunks)`` returns whichever chunks are ready (partial, through
   ``ray.wait``). Refs not returned stay pending and come back from a later ``recv``: nothing is
   dropped or returned twice.
@@ -346,7 +347,7 @@ class RaySampler:
         seeds = _actor_seeds(seed, self.num_actors)
         self._version = 0
         self._weights_ref: Any = None
-        self._stats = {"chunks": 0.0, "env_steps": 0.0, "chunks_lost": 0.0,
+        self._stats = {"requests": 0.0, "chunks": 0.0, "env_steps": 0.0, "chunks_lost": 0.0,
                        "actor_deaths": 0.0, "wait_s": 0.0}
         self._slots = [self._spawn(i, fns, policy_fn, seeds[i], sampler_kwargs or {})
                        for i in range(self.num_actors)]
@@ -398,11 +399,14 @@ class RaySampler:
         """Puts ``weights`` in the object store once; requests sent from now on carry them.
 
         Chunks already in flight finish under their old version (their ``version`` says so).
-        Returns the new version.
+        Actors are topped up to ``in_flight`` requests here and at the start of ``recv``, not
+        when a chunk is received: with ``in_flight=1``, ``recv``, update, ``set_weights``
+        samples strictly on-policy. Returns the new version.
         """
         self._check_open()
         self._weights_ref = ray.put(weights)
         self._version += 1
+        self._fill()  # actors with a free slot start on the new weights now
         return self._version
 
     # --- receiving -----------------------------------------------------------------------------
@@ -424,7 +428,6 @@ class RaySampler:
                                         _positive(1 if min_chunks is None else min_chunks,
                                                   "min_chunks"))
         self._stats["wait_s"] += time.perf_counter() - start
-        self._fill()
         return chunks
 
     def _recv_full(self) -> list[Chunk]:
@@ -501,6 +504,7 @@ class RaySampler:
                 ref = slot.handle.sample.remote(
                     self.chunk_length, self._version, [self._weights_ref])
                 slot.pending.append(ref)
+                self._stats["requests"] += 1
 
     def _live(self) -> list[_Slot]:
         return [slot for slot in self._slots if slot.alive]
@@ -520,8 +524,9 @@ class RaySampler:
         return sum(len(slot.pending) for slot in self._slots)
 
     def stats(self) -> dict[str, float]:
-        """Totals since construction: chunks and env steps received, chunks lost to dead
-        actors, actor deaths, seconds waited in ``recv``, actors alive, weights version."""
+        """Totals since construction: chunks requested, chunks and env steps received, chunks
+        lost to dead actors, actor deaths, seconds waited in ``recv``, actors alive, weights
+        version. ``requests == chunks + chunks_lost + pending()`` always holds."""
         out = dict(self._stats)
         out["actors_alive"] = float(len(self._live()))
         out["version"] = float(self._version)
