@@ -341,7 +341,7 @@ class RaySampler:
         self.workers_per_actor = _positive(workers_per_actor, "workers_per_actor")
         self.deadline = _check_deadline(deadline, "deadline")
         if not ray.is_initialized():
-            ray.init()
+            ray.init()  # joins a cluster started on this machine (`ray start`), else a local one
         self.num_actors = _num_actors(num_actors)
         self.envs_per_actor = len(fns)
         seeds = _actor_seeds(seed, self.num_actors)
@@ -360,9 +360,10 @@ class RaySampler:
                seed: int | None, sampler_kwargs: dict[str, Any]) -> _Slot:
         spec = ActorSpec(i, fns, policy_fn, self.workers_per_actor, seed, sampler_kwargs)
         handle = _remote_actor_class().options(
-            # The actor's own CPU use is the policy; its env worker processes are the real load.
+            # num_cpus = the env processes it spawns: they are the load Ray must not oversubscribe
+            # (the actor's own process, running the policy, is not counted).
             num_cpus=self.workers_per_actor,
-            # SPREAD: one actor per node when there are as many actors as nodes.
+            # SPREAD (best effort): one actor per node when there are as many actors as nodes.
             scheduling_strategy="SPREAD",
             # Ray rebuilds a dead actor (same spec) up to max_restarts times...
             max_restarts=self.max_restarts,
