@@ -219,3 +219,18 @@ class SpaceEnv(gym.Env[Any, Any]):
         flat = np.asarray(spaces.flatten(self.action_space, action), dtype=np.float64)
         reward = float(np.sum(flat * np.arange(1, flat.size + 1)))
         return self._sample(), reward, self.t >= self.length, False, {}
+
+
+class FixedActionPolicy:
+    """A fake policy (for ``vecsample.ray``): every env gets action ``weights``; extras carry
+    the weights seen, so a test can tell which weights sampled which step."""
+
+    def __init__(self, action: int = 0) -> None:
+        self.action = action
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        actions = np.full(len(obs), self.action, dtype=np.int64)
+        return actions, {"weights_seen": actions.copy()}
+
+    def set_weights(self, weights: Any) -> None:
+        self.action = int(weights)
