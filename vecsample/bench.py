@@ -24,7 +24,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from vecsample.bench_backends import BACKENDS, Backend, Config, Unavailable, round_trips
+from vecsample.bench_backends import (
+    BACKENDS,
+    Backend,
+    Config,
+    Unavailable,
+    cpu_seconds,
+    round_trips,
+)
 from vecsample.compare import format_table
 from vecsample.errors import ConfigError
 
@@ -47,6 +54,10 @@ class Row:
     repeats: list[float] = field(default_factory=list)
     vs_bare: float | None = None
     vs_machine: float | None = None
+    #: CPU time of the parent and its workers per env step (median), and the bare loop's
+    #: divided by it: how much of the CPU the sampler spends on the envs, whatever the load.
+    cpu_us_per_step: float | None = None
+    cpu_vs_bare: float | None = None
     skipped: str | None = None
 
 
@@ -137,36 +148,55 @@ def built(cfg: Config, names: Sequence[str]) -> Iterator[dict[str, Backend | str
 def measure(cfg: Config, args: argparse.Namespace, tick: Any) -> list[Row]:
     """The rows of one group: each backend's repeats, interleaved, then medians and ratios."""
     with built(cfg, args.backends) as backends:
-        repeats: dict[str, list[float]] = {
+        runs: dict[str, list[tuple[float, float | None]]] = {
             n: [] for n, b in backends.items() if not isinstance(b, str)
         }
         for _ in range(args.repeats):
-            for name, rates in repeats.items():
+            for name, done in runs.items():
                 backend = backends[name]
                 assert not isinstance(backend, str)
-                rates.append(backend.run(args.seconds))
+                done.append(_timed(backend, args.seconds))
                 tick()
         skipped = {n: b for n, b in backends.items() if isinstance(b, str)}
-    rows = [_row(cfg, name, repeats.get(name, []), skipped.get(name)) for name in args.backends]
+    rows = [_row(cfg, name, runs.get(name, []), skipped.get(name)) for name in args.backends]
     _add_ratios(rows)
     return rows
 
 
-def _row(cfg: Config, name: str, rates: list[float], skipped: str | None) -> Row:
+def _timed(backend: Backend, seconds: float) -> tuple[float, float | None]:
+    """(steps/s, CPU µs per env step) of one run."""
+    pids = backend.pids()
+    before = cpu_seconds(pids)
+    rate = backend.run(seconds)
+    after = cpu_seconds(pids)
+    if before is None or after is None or not backend.steps():
+        return rate, None
+    return rate, (after - before) / backend.steps() * 1e6
+
+
+def _row(cfg: Config, name: str, runs: list[tuple[float, float | None]],
+         skipped: str | None) -> Row:
+    rates = [rate for rate, _ in runs]
+    cpus = [cpu for _, cpu in runs if cpu is not None]
     return Row(env=cfg.env_id, num_envs=cfg.num_envs, backend=name, label=BACKENDS[name][0],
                layout=layout(name, cfg),
                steps_per_s=statistics.median(rates) if rates else None, repeats=rates,
-               skipped=skipped)
+               cpu_us_per_step=statistics.median(cpus) if cpus else None, skipped=skipped)
 
 
 def _add_ratios(rows: list[Row]) -> None:
-    rates = {r.backend: r.steps_per_s for r in rows}
-    bare, machine = rates.get("bare"), rates.get("machine")
+    by_name = {r.backend: r for r in rows}
+    bare, machine = by_name.get("bare"), by_name.get("machine")
     for r in rows:
-        if r.steps_per_s is None:
-            continue
-        r.vs_bare = r.steps_per_s / bare if bare else None
-        r.vs_machine = r.steps_per_s / machine if machine else None
+        if bare is not None:
+            r.vs_bare = _ratio(r.steps_per_s, bare.steps_per_s)
+            r.cpu_vs_bare = _ratio(bare.cpu_us_per_step, r.cpu_us_per_step)
+        if machine is not None:
+            r.vs_machine = _ratio(r.steps_per_s, machine.steps_per_s)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
 
 
 def latency(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -232,6 +262,8 @@ def table(rows: list[Row]) -> str:
         "env": r.env, "envs": str(r.num_envs), "backend": r.label, "procs × envs": r.layout,
         "steps/s": "-" if r.steps_per_s is None else f"{r.steps_per_s:,.0f}",
         "× bare": ratio(r.vs_bare), "× machine": ratio(r.vs_machine),
+        "CPU µs/step": "-" if r.cpu_us_per_step is None else f"{r.cpu_us_per_step:.2f}",
+        "CPU eff.": ratio(r.cpu_vs_bare),
         "note": r.skipped or "",
     } for r in rows]
     return format_table(lines)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -61,7 +63,14 @@ class Config:
 class Backend(Protocol):
     """What the bench needs from a sampler."""
 
-    def run(self, seconds: float) -> float: ...
+    def run(self, seconds: float) -> float:
+        """Steps for ``seconds``; returns env steps per second."""
+
+    def steps(self) -> int:
+        """Env steps done by the last ``run``."""
+
+    def pids(self) -> list[int]:
+        """Its child processes, whose CPU time counts with this process's."""
 
     def close(self) -> None: ...
 
@@ -137,7 +146,9 @@ def bare_loop(env_id: str, count: int, conn: Connection) -> None:
         env.close()
 
 
-def _step_for(envs: list[gym.Env[Any, Any]], actions: list[np.ndarray], seconds: float) -> float:
+def _step_for(
+    envs: list[gym.Env[Any, Any]], actions: list[np.ndarray], seconds: float
+) -> tuple[int, float]:
     steps, k = 0, 0
     start = time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
@@ -147,7 +158,7 @@ def _step_for(envs: list[gym.Env[Any, Any]], actions: list[np.ndarray], seconds:
             if terminated or truncated:
                 env.reset()
         steps += len(envs)
-    return steps / elapsed
+    return steps, elapsed
 
 
 class BareLoops:
@@ -168,11 +179,20 @@ class BareLoops:
             self.conns.append(parent)
         for conn in self.conns:
             conn.recv()
+        self._steps = 0
 
     def run(self, seconds: float) -> float:
         for conn in self.conns:
             conn.send(seconds)
-        return float(sum(conn.recv() for conn in self.conns))
+        done = [conn.recv() for conn in self.conns]
+        self._steps = sum(steps for steps, _ in done)
+        return float(sum(steps / elapsed for steps, elapsed in done))
+
+    def steps(self) -> int:
+        return self._steps
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
 
     def close(self) -> None:
         for conn in self.conns:
@@ -201,8 +221,32 @@ class Sampler:
         self.policy = make_policy(cfg.policy, s.single_observation_space, s.single_action_space,
                                   cfg.num_envs)
 
+        self._steps = 0
+
     def run(self, seconds: float) -> float:
-        return sampling_loop(self.sampler, self.timeout, seconds, self.policy).steps_per_s
+        if self.timeout is None:
+            return self._run_full(seconds)
+        result = sampling_loop(self.sampler, self.timeout, seconds, self.policy)
+        self._steps = result.steps
+        return result.steps_per_s
+
+    def _run_full(self, seconds: float) -> float:
+        """Full batches through ``step(actions)``: one action check and copy for all workers."""
+        s = self.sampler
+        obs, _ = s.reset(seed=0)
+        steps = 0
+        start = time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds:
+            obs = s.step(self.policy(obs)).obs
+            steps += s.num_envs
+        self._steps = steps
+        return steps / elapsed
+
+    def steps(self) -> int:
+        return self._steps
+
+    def pids(self) -> list[int]:
+        return _pids(self.sampler)
 
     def close(self) -> None:
         self.sampler.close()
@@ -226,7 +270,14 @@ class GymnasiumStyle:
         while (elapsed := time.perf_counter() - start) < seconds:
             self.obs, *_ = self.env.step(self.policy(np.asarray(self.obs)))
             steps += self.num_envs
+        self._steps = steps
         return steps / elapsed
+
+    def steps(self) -> int:
+        return getattr(self, "_steps", 0)
+
+    def pids(self) -> list[int]:
+        return _pids(self.env)
 
     def close(self) -> None:
         self.env.close()
@@ -242,6 +293,30 @@ class SB3Style(GymnasiumStyle):
         self.num_envs = cfg.num_envs
         env.seed(0)
         self.obs = env.reset()
+
+
+def _pids(sampler: Any) -> list[int]:
+    """Worker pids of a vecsample sampler or VectorEnv, an AsyncVectorEnv or a SubprocVecEnv."""
+    if isinstance(sampler, VectorEnv):
+        sampler = sampler.sampler
+    procs = getattr(sampler, "_procs", None) or getattr(sampler, "processes", None) or []
+    return [p.pid for p in procs if p.pid is not None]
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """CPU time (user + system) of this process and of ``pids``; None off Linux.
+
+    Clock ticks of /proc (10 ms): over a 1 s run of a few processes, within about 2 %.
+    """
+    total = time.process_time()
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
 
 
 # --- the registry ----------------------------------------------------------------------------

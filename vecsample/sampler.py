@@ -326,7 +326,7 @@ class VecSampler:
                 raise _worker_error(w, payload, results)
             records = payload
         self._states[w] = WorkerState.IDLE
-        result = self._result(w, self._views[w], self.worker_env_ids(w), copy)
+        result = self._result(w, self._views[w], range(*self._bounds(w)), copy)
         self._add_infos(result, records)
         return result
 

@@ -163,7 +163,7 @@ class _Worker:
             AutoresetMode.NEXT_STEP: self._step_next,
             AutoresetMode.DISABLED: self._step_disabled,
         }
-        self.step_one = step_modes[spec.autoreset_mode]
+        self.step_all = step_modes[spec.autoreset_mode]
         self.write_obs, self.write_final = self._writers()
 
     def _writers(self) -> tuple[Callable[[int, Any], None], Callable[[int, Any], None]]:
@@ -273,13 +273,10 @@ class _Worker:
         start = time.perf_counter()
         records: list[InfoRecord] = []
         rows: list[StepRow] = []
-        step_one = self.step_one
-        j = -1
         try:
-            for j, action in enumerate(self._actions()):
-                rows.append(step_one(j, action, records))
+            self.step_all(self._actions(), rows, records)
         except BaseException:
-            self.current_env = j
+            self.current_env = len(rows)  # the env that raised: every one before it has a row
             raise
         finally:
             self._write_rows(rows)
@@ -327,42 +324,54 @@ class _Worker:
 
         return write
 
-    def _step_same(self, j: int, action: Any, records: list[InfoRecord]) -> StepRow:
-        env = self.envs[j]
-        obs, reward, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            self.write_final(j, obs)
-            obs, reset_info = env.reset()
-            records.append((j, info, reset_info))
-            return obs, reward, terminated, truncated, True
-        if info:
-            records.append((j, info, None))
-        return obs, reward, terminated, truncated, False
+    # One loop per autoreset mode over all of a worker's envs, with no call per env besides the
+    # env's own: a Python call costs a few percent of a CartPole step.
 
-    def _step_next(self, j: int, action: Any, records: list[InfoRecord]) -> StepRow:
-        env = self.envs[j]
-        if self.ended[j]:
-            obs, reset_info = env.reset()
-            self.ended[j] = False
-            records.append((j, {}, reset_info))
-            return obs, 0.0, False, False, False
-        obs, reward, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            self.ended[j] = True
-        if info:
-            records.append((j, info, None))
-        return obs, reward, terminated, truncated, False
+    def _step_same(self, actions: Sequence[Any], rows: list[StepRow],
+                   records: list[InfoRecord]) -> None:
+        append, write_final = rows.append, self.write_final
+        for j, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
+            obs, reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                write_final(j, obs)
+                obs, reset_info = env.reset()
+                records.append((j, info, reset_info))
+                append((obs, reward, terminated, truncated, True))
+                continue
+            if info:
+                records.append((j, info, None))
+            append((obs, reward, terminated, truncated, False))
 
-    def _step_disabled(self, j: int, action: Any, records: list[InfoRecord]) -> StepRow:
-        v = self.views
-        if self.ended[j]:  # frozen until reset(mask=...) names it: rewrite its row, reward 0
-            return index_tree(v.obs, j), 0.0, v.terminated[j], v.truncated[j], False
-        obs, reward, terminated, truncated, info = self.envs[j].step(action)
-        if terminated or truncated:
-            self.ended[j] = True
-        if info:
-            records.append((j, info, None))
-        return obs, reward, terminated, truncated, False
+    def _step_next(self, actions: Sequence[Any], rows: list[StepRow],
+                   records: list[InfoRecord]) -> None:
+        append, ended = rows.append, self.ended
+        for j, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
+            if ended[j]:  # the step after the end resets instead of stepping
+                obs, reset_info = env.reset()
+                ended[j] = False
+                records.append((j, {}, reset_info))
+                append((obs, 0.0, False, False, False))
+                continue
+            obs, reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                ended[j] = True
+            if info:
+                records.append((j, info, None))
+            append((obs, reward, terminated, truncated, False))
+
+    def _step_disabled(self, actions: Sequence[Any], rows: list[StepRow],
+                       records: list[InfoRecord]) -> None:
+        v, append, ended = self.views, rows.append, self.ended
+        for j, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
+            if ended[j]:  # frozen until reset(mask=...) names it: rewrite its row, reward 0
+                append((index_tree(v.obs, j), 0.0, v.terminated[j], v.truncated[j], False))
+                continue
+            obs, reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                ended[j] = True
+            if info:
+                records.append((j, info, None))
+            append((obs, reward, terminated, truncated, False))
 
     # --- synchronous commands --------------------------------------------------------------------
 
