@@ -278,7 +278,7 @@ def plot(rows: list[Row], path: str) -> None:
 
     groups = list(dict.fromkeys((r.env, r.num_envs) for r in rows))
     names = list(dict.fromkeys(r.backend for r in rows))
-    fig, ax = plt.subplots(figsize=(2.5 + 2.2 * len(groups), 4.5))
+    fig, ax = plt.subplots(figsize=(5.0 + 2.2 * len(groups), 4.5))
     width = 0.8 / max(len(names), 1)
     for i, name in enumerate(names):
         values = [next((r.vs_machine or 0.0 for r in rows if (r.env, r.num_envs) == g
@@ -290,7 +290,7 @@ def plot(rows: list[Row], path: str) -> None:
     ax.set_ylabel("steps/s ÷ machine limit (bare loop × cores)")
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside, not over
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
