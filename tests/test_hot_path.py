@@ -1,9 +1,9 @@
-"""The worker's batched write of a step: the same rows as one write per env, for odd envs too.
+"""How a worker writes a step to shared memory, for odd envs: pinned for hot-path work.
 
-The worker keeps every env's step and writes each field with one slice copy. These tests pin
-the cases where a slice copy and per-env writes could differ: observations numpy would broadcast
-across rows, plain lists, an observation of the wrong shape (its env must be named), and an env
-that raises halfway through a worker's batch (the envs before it are still written).
+A batched write (one slice copy per field instead of one write per env; tried for issue 4, see
+docs/benchmarks.md) could differ from per-env writes where numpy would broadcast a scalar across
+rows, for plain lists, for an observation of the wrong shape (its env must be named), and for
+an env that raises halfway through a worker's batch (the envs before it are still written).
 """
 
 from __future__ import annotations

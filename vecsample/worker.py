@@ -27,12 +27,8 @@ import numpy as np
 
 from vecsample.protocol import OK_MESSAGE, STEP_MESSAGE, AutoresetMode, Command, InfoRecord, Reply
 from vecsample.shm import SharedBuffers, Views
-from vecsample.spaces import index_tree
 
 EnvFn = Callable[[], gym.Env[Any, Any]]
-#: One env's step as the worker keeps it until the batch write: (obs, reward, terminated,
-#: truncated, has_final_obs).
-StepRow = tuple[Any, Any, Any, Any, bool]
 
 #: How often the watchdog thread checks that the parent is still alive (seconds).
 WATCHDOG_PERIOD = 0.2
@@ -163,7 +159,7 @@ class _Worker:
             AutoresetMode.NEXT_STEP: self._step_next,
             AutoresetMode.DISABLED: self._step_disabled,
         }
-        self.step_all = step_modes[spec.autoreset_mode]
+        self.step_one = step_modes[spec.autoreset_mode]
         self.write_obs, self.write_final = self._writers()
 
     def _writers(self) -> tuple[Callable[[int, Any], None], Callable[[int, Any], None]]:
@@ -267,19 +263,12 @@ class _Worker:
     # --- step ------------------------------------------------------------------------------------
 
     def _step(self, _: None) -> list[InfoRecord] | None:
-        # Each env's (obs, reward, terminated, truncated, has_final_obs) is kept in a list and
-        # written with one slice assignment per field at the end: per-env numpy writes into
-        # shared memory cost more than the env step of a light env such as CartPole.
         start = time.perf_counter()
         records: list[InfoRecord] = []
-        rows: list[StepRow] = []
-        try:
-            self.step_all(self._actions(), rows, records)
-        except BaseException:
-            self.current_env = len(rows)  # the env that raised: every one before it has a row
-            raise
-        finally:
-            self._write_rows(rows)
+        actions = self._actions()
+        for j in range(self.count):
+            self.current_env = j
+            self.step_one(j, actions[j], records)
         self.current_env = None
         self.stats[0] += time.perf_counter() - start
         self.stats[1] += self.count
@@ -294,84 +283,48 @@ class _Worker:
         space = self.spec.buffers.action_space
         return [unflatten(space, (v[j] for v in views)) for j in range(self.count)]
 
-    def _write_rows(self, rows: list[StepRow]) -> None:
-        """Writes the first len(rows) envs' results to shared memory (all of them, normally)."""
-        if not rows:
-            return
-        current = self.current_env
-        obs, rewards, terminated, truncated, has_final = zip(*rows, strict=True)
+    def _write(self, j: int, obs: Any, reward: Any, terminated: Any, truncated: Any) -> None:
         v = self.views
-        if len(v.obs_leaves) == 1:
-            _put(v.obs_leaves[0], obs, self._write_obs_row)
+        self.write_obs(j, obs)
+        v.rewards[j] = reward
+        v.terminated[j] = terminated
+        v.truncated[j] = truncated
+
+    def _step_same(self, j: int, action: Any, records: list[InfoRecord]) -> None:
+        obs, reward, terminated, truncated, info = self.envs[j].step(action)
+        if terminated or truncated:
+            self.write_final(j, obs)
+            self.views.has_final_obs[j] = True
+            obs, reset_info = self.envs[j].reset()
+            records.append((j, info, reset_info))
         else:
-            for j, value in enumerate(obs):
-                self._write_obs_row(j, value)
-        _put(v.rewards, rewards, self._row_writer(v.rewards))
-        _put(v.terminated, terminated, self._row_writer(v.terminated))
-        _put(v.truncated, truncated, self._row_writer(v.truncated))
-        if self.spec.autoreset_mode is AutoresetMode.SAME_STEP:
-            v.has_final_obs[: len(rows)] = has_final
-        self.current_env = current
-
-    def _write_obs_row(self, j: int, value: Any) -> None:
-        self.current_env = j  # a row that cannot be written is that env's error
-        self.write_obs(j, value)
-
-    def _row_writer(self, view: np.ndarray) -> Callable[[int, Any], None]:
-        def write(j: int, value: Any) -> None:
-            self.current_env = j
-            view[j] = value
-
-        return write
-
-    # One loop per autoreset mode over all of a worker's envs, with no call per env besides the
-    # env's own: a Python call costs a few percent of a CartPole step.
-
-    def _step_same(self, actions: Sequence[Any], rows: list[StepRow],
-                   records: list[InfoRecord]) -> None:
-        append, write_final = rows.append, self.write_final
-        for j, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
-            obs, reward, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                write_final(j, obs)
-                obs, reset_info = env.reset()
-                records.append((j, info, reset_info))
-                append((obs, reward, terminated, truncated, True))
-                continue
+            self.views.has_final_obs[j] = False
             if info:
                 records.append((j, info, None))
-            append((obs, reward, terminated, truncated, False))
+        self._write(j, obs, reward, terminated, truncated)
 
-    def _step_next(self, actions: Sequence[Any], rows: list[StepRow],
-                   records: list[InfoRecord]) -> None:
-        append, ended = rows.append, self.ended
-        for j, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
-            if ended[j]:  # the step after the end resets instead of stepping
-                obs, reset_info = env.reset()
-                ended[j] = False
-                records.append((j, {}, reset_info))
-                append((obs, 0.0, False, False, False))
-                continue
-            obs, reward, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                ended[j] = True
-            if info:
-                records.append((j, info, None))
-            append((obs, reward, terminated, truncated, False))
+    def _step_next(self, j: int, action: Any, records: list[InfoRecord]) -> None:
+        if self.ended[j]:
+            obs, reset_info = self.envs[j].reset()
+            self.ended[j] = False
+            self._write(j, obs, 0.0, False, False)
+            records.append((j, {}, reset_info))
+            return
+        obs, reward, terminated, truncated, info = self.envs[j].step(action)
+        self.ended[j] = terminated or truncated
+        self._write(j, obs, reward, terminated, truncated)
+        if info:
+            records.append((j, info, None))
 
-    def _step_disabled(self, actions: Sequence[Any], rows: list[StepRow],
-                       records: list[InfoRecord]) -> None:
-        v, append, ended = self.views, rows.append, self.ended
-        for j, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
-            if ended[j]:  # frozen until reset(mask=...) names it: rewrite its row, reward 0
-                append((index_tree(v.obs, j), 0.0, v.terminated[j], v.truncated[j], False))
-                continue
-            obs, reward, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                ended[j] = True
-            if info:
-                records.append((j, info, None))
-            append((obs, reward, terminated, truncated, False))
+    def _step_disabled(self, j: int, action: Any, records: list[InfoRecord]) -> None:
+        if self.ended[j]:
+            self.views.rewards[j] = 0.0  # frozen until reset(mask=...) names it
+            return
+        obs, reward, terminated, truncated, info = self.envs[j].step(action)
+        self.ended[j] = terminated or truncated
+        self._write(j, obs, reward, terminated, truncated)
+        if info:
+            records.append((j, info, None))
 
     # --- synchronous commands --------------------------------------------------------------------
 
@@ -430,21 +383,3 @@ class _Worker:
             env.set_wrapper_attr(name, value)
         self.current_env = None
         return [None] * self.count
-
-
-def _put(view: np.ndarray, values: tuple[Any, ...], write_row: Callable[[int, Any], None]) -> None:
-    """``view[:n] = values`` in one copy when the values stack to exactly the rows' shape.
-
-    Anything else (ragged values, a scalar for a vector row, which numpy would broadcast across
-    rows) is written row by row, as a per-env write would, so an error names its env.
-    """
-    n = len(values)
-    try:
-        stacked = np.asarray(values)
-    except ValueError:
-        stacked = None
-    if stacked is not None and stacked.shape == view[:n].shape:
-        view[:n] = stacked
-        return
-    for j, value in enumerate(values):
-        write_row(j, value)
