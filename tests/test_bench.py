@@ -10,6 +10,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -66,6 +67,14 @@ def test_tiny_run_writes_json_of_the_right_shape(tmp_path, capsys, without_optio
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out
     assert "SB3 SubprocVecEnv" in table and "not installed" in table and "round trip" in table
+
+
+def test_leaves_no_thread_behind(tmp_path):
+    # A thread left in the parent would make later fork-context samplers warn (and risk).
+    before = threading.active_count()
+    bench.run(parse([*TINY, "--backends", "sync", "--latency-steps", "0"]))
+    bench.run(parse([*TINY[:-1], "--backends", "sync", "--latency-steps", "0"]))  # with a bar
+    assert threading.active_count() == before
 
 
 def test_mlp_policy_and_a_subset_of_backends(tmp_path):

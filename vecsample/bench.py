@@ -301,8 +301,13 @@ def run(args: argparse.Namespace) -> int:
     total = len(groups) * args.repeats * len(args.backends) + (args.latency_steps > 0)
     from tqdm import tqdm
 
-    with tqdm(total=total, desc="vecsample bench", disable=args.no_progress,
-              file=sys.stderr) as bar:
+    class Bar(tqdm):  # type: ignore[misc]
+        # No monitor thread: a thread left running in the parent makes later fork-context
+        # samplers warn, and the bench starts AsyncVectorEnv and SB3 processes with fork.
+        monitor_interval = 0
+
+    with Bar(total=total, desc="vecsample bench", disable=args.no_progress,
+             file=sys.stderr) as bar:
         rows = [row for cfg in groups for row in measure(cfg, args, lambda: bar.update(1))]
         lat = latency(args)
         bar.update(total - bar.n)
