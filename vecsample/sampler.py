@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import multiprocessing as mp
 import numbers
 import os
 import pickle
+import select
 import threading
 import time
 import weakref
@@ -271,8 +273,8 @@ class VecSampler:
         window_end: float | None = None
         while waiting:
             until = _earliest(deadline_at, window_end)
-            ready = wait([*waiting, *(self._procs[w].sentinel for w in waiting.values())],
-                         None if until is None else max(0.0, until - time.monotonic()))
+            ready = _wait([*waiting, *(self._procs[w].sentinel for w in waiting.values())],
+                          None if until is None else max(0.0, until - time.monotonic()))
             if not ready:
                 if window_end is not None and time.monotonic() >= window_end:
                     break
@@ -292,11 +294,15 @@ class VecSampler:
         copy: bool,
     ) -> None:
         # Data before death: a worker that replied and then died still delivers its reply.
-        for w in sorted({waiting[c] for c in ready if c in waiting} | self._dead_in(ready)):
+        replied = {waiting[c] for c in ready if c in waiting}
+        dead = self._dead_in(ready) if len(replied) < len(ready) else set()
+        for w in sorted(replied | dead):
             conn = self._conns[w]
-            if w not in waiting.values():
+            if conn not in waiting:
                 continue
-            if not conn.poll():
+            # Only a worker seen solely through its sentinel needs the extra poll: a readable
+            # pipe holds either its reply or EOF, which _read_step reports as a death.
+            if w not in replied and not conn.poll():
                 self._states[w] = WorkerState.DEAD
                 raise self._died(w, "STEP", results)
             del waiting[conn]
@@ -320,7 +326,7 @@ class VecSampler:
                 raise _worker_error(w, payload, results)
             records = payload
         self._states[w] = WorkerState.IDLE
-        result = self._result(w, self._views[w], self.worker_env_ids(w), copy)
+        result = self._result(w, self._views[w], range(*self._bounds(w)), copy)
         self._add_infos(result, records)
         return result
 
@@ -744,6 +750,27 @@ def _dumps(command: Command, payload: Any) -> bytes:
             f"the arguments of {command.name.lower()}() cannot be pickled to the workers: "
             f"{type(exc).__name__}: {exc}. Pass plain data (numbers, arrays, dicts)."
         ) from exc
+
+
+def _wait(objects: list[Any], timeout: float | None) -> list[Any]:
+    """``multiprocessing.connection.wait`` for pipes and sentinels, at a quarter of the cost.
+
+    ``wait`` builds a ``selectors`` object and registers every handle through it on each call:
+    ~12 µs for two workers (two pipes, two sentinels), on the step's critical path while every
+    worker is idle. A bare ``select.poll`` does the same in ~3 µs (timeit, docs/benchmarks.md),
+    with the same millisecond rounding of the timeout and the same rule that any event (data,
+    hang-up, error) makes a handle ready.
+    """
+    if not hasattr(select, "poll"):  # Windows
+        return wait(objects, timeout)
+    poller = select.poll()
+    by_fd: dict[int, Any] = {}
+    for obj in objects:
+        fd = obj if isinstance(obj, int) else obj.fileno()
+        by_fd[fd] = obj
+        poller.register(fd, select.POLLIN)
+    events = poller.poll(None if timeout is None else math.ceil(timeout * 1e3))
+    return [by_fd[fd] for fd, _ in events]
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:
