@@ -205,3 +205,21 @@ class SpaceEnv(gym.Env[Any, Any]):
         flat = np.asarray(spaces.flatten(self.action_space, action), dtype=np.float64)
         reward = float(np.sum(flat * np.arange(1, flat.size + 1)))
         return self._sample(), reward, self.t >= self.length, False, {}
+
+
+class CloseRecordingEnv(SlowEnv):
+    """A SlowEnv that appends ``"<env_index> <pid>\\n"`` to the file ``marker`` when closed.
+
+    Tells a clean shutdown (the worker got CLOSE and closed its envs) from a kill, which leaves
+    no line.
+    """
+
+    def __init__(self, env_index: int = 0, marker: str = "", step_time: float = 0.001) -> None:
+        super().__init__(env_index=env_index, step_time=step_time)
+        self.marker = marker
+
+    def close(self) -> None:
+        if self.marker:
+            with open(self.marker, "a") as f:
+                f.write(f"{self.env_index} {os.getpid()}\n")
+        super().close()

@@ -82,6 +82,9 @@ def _prepare_process(spec: WorkerSpec) -> None:
     # SIGINT goes to the whole foreground process group on Ctrl-C; the parent owns shutdown, so
     # workers ignore it instead of dying mid-step with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Under fork a worker inherits the parent's SIGTERM handler, which closes the parent's
+    # samplers; a worker must instead just die when terminated (close() relies on that).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _exit_with_parent(spec.parent_pid)
     if spec.threads is not None:
         _limit_threads(spec.threads)
