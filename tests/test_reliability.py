@@ -284,3 +284,107 @@ def test_200_create_close_cycles_leak_no_process_fd_or_memory():
     assert after[0] <= before[0]
     assert after[1] <= before[1]
     assert after[2] < 1.10 * before[2]
+
+
+# --- R6: bad input, one table ---------------------------------------------------------------
+
+
+def _unpicklable_under_spawn(s):
+    VecSampler([lambda: CountingEnv()] * 2, num_workers=2, context="spawn")
+
+
+def _no_license(env_index: int = 0) -> CountingEnv:
+    if env_index == 1:
+        raise RuntimeError("no simulator license")
+    return CountingEnv(env_index)
+
+
+def _raising_factory(s):
+    VecSampler(fns(_no_license, 2), num_workers=2, context="fork")
+
+
+def _bad_timeout(s):
+    s.step_send(0, ones(2))
+    try:
+        s.step_recv(-1.0)
+    finally:
+        s.step_recv(None)
+
+
+def _unsupported_space(s):
+    from gymnasium import spaces
+
+    from vecsample.testing import SpaceEnv
+
+    VecSampler([lambda: SpaceEnv(spaces.Text(4), spaces.Discrete(2))], context="fork")
+
+
+def _busy(s):
+    s.step_send(0, ones(2))
+    try:
+        s.step_send(0, ones(2))
+    finally:
+        s.step_recv(None)
+
+
+def _after_close(s):
+    closed = VecSampler(fns(CountingEnv, 2), num_workers=1, context="fork")
+    closed.close()
+    closed.step(ones(2))
+
+
+#: (kind, call, error, what the message must say: expected vs got, or how to fix it)
+BAD_INPUT = [
+    ("wrong shape", lambda s: s.step(ones(3)), errors.ActionShapeError,
+     r"expected shape \(4,\).*got \(3,\)"),
+    ("wrong dtype", lambda s: s.step(np.full(4, 0.5)), errors.ActionDtypeError,
+     r"expected dtype int64.*got float64.*Convert"),
+    ("out-of-space action", lambda s: s.step(np.array([0, 1, 2, 9])), errors.ActionSpaceError,
+     r"rows \[3\] are outside Discrete\(4\).*Clip or resample"),
+    ("NaN in a Discrete action", lambda s: s.step(np.array([0.0, np.nan, 1, 1])),
+     errors.ActionDtypeError, r"expected dtype int64.*got float64"),
+    ("send to a busy worker", _busy, errors.WorkerBusyError, r"still pending.*step_recv"),
+    ("recv with nothing pending", lambda s: s.step_recv(), errors.NoPendingError,
+     r"no step in flight.*step_send"),
+    ("use after close", _after_close, errors.ClosedError, r"closed; create a new one"),
+    ("indivisible env count", lambda s: VecSampler(fns(CountingEnv, 6), num_workers=4),
+     errors.ConfigError, r"not divisible.*choose num_workers from \[1, 2, 3, 6\]"),
+    ("unsupported space", _unsupported_space, errors.UnsupportedSpaceError,
+     r"Text cannot live in shared memory.*Wrap the env"),
+    ("unpicklable factory under spawn", _unpicklable_under_spawn, errors.EnvFactoryError,
+     r"must be picklable.*functools.partial"),
+    ("env factory that raises", _raising_factory, errors.EnvFactoryError,
+     r"worker 1 could not build its envs \(env 1\).*no simulator license"),
+    ("worker index out of range", lambda s: s.step_send(2, ones(2)), errors.WorkerIndexError,
+     r"out of range.*2 workers \(0\.\.1\)"),
+    ("negative seed", lambda s: s.reset(seed=-1), errors.ConfigError,
+     r"non-negative int or None, got -1"),
+    ("seed list of the wrong length", lambda s: s.reset(seed=[1, 2]), errors.ConfigError,
+     r"one entry per env: expected 4, got 2"),
+    ("mask of the wrong shape", lambda s: s.reset(mask=np.ones(3, dtype=bool)),
+     errors.ConfigError, r"shape \(4,\)"),
+    ("negative timeout", _bad_timeout, errors.ConfigError,
+     r"timeout must be None or a number of seconds >= 0, got -1.0"),
+    ("tasks of the wrong length", lambda s: s.reset_task([1]), errors.ConfigError,
+     r"expected 4, got 1"),
+    ("unpicklable call argument", lambda s: s.call("t", lambda: 0), errors.ConfigError,
+     r"cannot be pickled.*plain data"),
+    ("bad max_restarts",
+     lambda s: VecSampler(fns(CountingEnv, 2), restart=True, max_restarts=-1),
+     errors.ConfigError, r"max_restarts must be an int >= 0"),
+]
+
+
+@pytest.mark.parametrize(("kind", "call", "error", "says"), BAD_INPUT,
+                         ids=[row[0] for row in BAD_INPUT])
+def test_bad_input_is_a_typed_error_that_says_how_to_fix_it(make_sampler, kind, call, error,
+                                                             says):
+    s = make_sampler(fns(CountingEnv, 4, length=100), num_workers=2, context="fork")
+    s.reset()
+    start = time.monotonic()
+    with pytest.raises(error, match=says):
+        call(s)
+    assert time.monotonic() - start < 10.0, f"{kind} took too long"
+    before = s.batch(copy=True).obs
+    out = s.step(ones(4))  # a later correct call still works, each env one step further
+    np.testing.assert_array_equal(out.obs[:, :2], before[:, :2] + [0, 1])

@@ -168,7 +168,8 @@ class _Worker:
     def _writers(self) -> tuple[Callable[[int, Any], None], Callable[[int, Any], None]]:
         space = self.spec.buffers.observation_space
         obs, fin = self.views.obs_leaves, self.views.final_obs_leaves
-        if len(obs) == 1:  # the common case: one Box, written with one numpy row assignment
+        # The common case: one bare leaf (not a Dict/Tuple of one), one numpy row assignment.
+        if len(obs) == 1 and not self.spec.buffers.obs_leaves[0].path:
 
             def write(j: int, value: Any) -> None:
                 obs[0][j] = value
@@ -279,7 +280,7 @@ class _Worker:
 
     def _actions(self) -> Sequence[Any]:
         views = self.views.action_leaves
-        if len(views) == 1:
+        if len(views) == 1 and not self.spec.buffers.action_leaves[0].path:
             return views[0]  # type: ignore[return-value]  # rows (or scalars) straight from shm
         from vecsample.spaces import unflatten
 
