@@ -388,3 +388,14 @@ def test_bad_input_is_a_typed_error_that_says_how_to_fix_it(make_sampler, kind, 
     before = s.batch(copy=True).obs
     out = s.step(ones(4))  # a later correct call still works, each env one step further
     np.testing.assert_array_equal(out.obs[:, :2], before[:, :2] + [0, 1])
+
+
+def test_vector_env_passes_restart_through(make_vector_env):
+    env = make_vector_env(fns(DyingEnv, 4, at_step=2, bad_index=3), num_workers=2,
+                          autoreset_mode="SameStep", restart=True)
+    env.reset(seed=0)
+    env.step(ones(4))
+    obs, _, terminated, truncated, infos = env.step(ones(4))
+    np.testing.assert_array_equal(truncated, [False, False, True, True])
+    assert not terminated.any() and obs[2, 1] == 0 and obs[0, 1] == 2
+    assert "exit code 3" in infos["restart_reason"][3]
