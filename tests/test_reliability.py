@@ -22,8 +22,10 @@ from vecsample import VecSampler, errors
 from vecsample.seeding import env_seeds, restart_seed
 from vecsample.testing import CountingEnv, DyingEnv, HangingEnv, RaisingEnv, SlowEnv, fns
 
-#: Detection bound of the issue (1 s), plus margin for a loaded 2-core CI machine.
+#: Detection bound of the issue (1 s).
 DETECT_S = 1.0
+#: Respawning re-imports gymnasium and rebuilds the envs: generous on a loaded 2-core machine.
+RESPAWN_S = 5.0
 
 
 def ones(n: int) -> np.ndarray:
@@ -63,7 +65,7 @@ def test_sigkilled_worker_is_respawned_flagged_and_others_untouched(make_sampler
     start = time.monotonic()
     os.kill(old_pid, signal.SIGKILL)
     results = {r.worker: r for r in s.step_recv(None, copy=True)}
-    assert time.monotonic() - start < DETECT_S + 1.0  # detection + respawn + rebuild
+    assert time.monotonic() - start < DETECT_S + RESPAWN_S  # detection + respawn + rebuild
     assert sorted(results) == [0, 1]
     # Worker 0 finished its step as if nothing happened.
     r0 = results[0]
@@ -95,7 +97,7 @@ def test_exception_in_step_restarts_only_that_worker(make_sampler):
     s.step(ones(4))
     start = time.monotonic()
     out = s.step(ones(4))
-    assert time.monotonic() - start < DETECT_S + 1.0
+    assert time.monotonic() - start < DETECT_S + RESPAWN_S
     np.testing.assert_array_equal(out.restarted, [True, True, False, False])
     np.testing.assert_array_equal(out.truncated, [True, True, False, False])
     np.testing.assert_array_equal(out.obs[:, 1], [0, 0, 2, 2])  # others stepped to t=2
@@ -159,7 +161,7 @@ def test_hung_worker_is_killed_and_restarted_at_the_deadline(make_sampler):
     hung_pid = s._procs[0].pid
     start = time.monotonic()
     out = s.step(ones(4))
-    assert time.monotonic() - start < 0.5 + DETECT_S + 1.0
+    assert time.monotonic() - start < 0.5 + DETECT_S + RESPAWN_S
     np.testing.assert_array_equal(out.restarted, [True, True, False, False])
     np.testing.assert_array_equal(out.obs[:, 1], [0, 0, 2, 2])
     assert s.restart_log == [(0, "hung past the deadline")]
