@@ -11,10 +11,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
+from helpers import assert_same
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import assert_same
 from vecsample import VecSampler
 from vecsample.seeding import env_seeds
 from vecsample.spaces import copy_tree
