@@ -2,7 +2,7 @@
 """R5 by hand, for any start method: create/close cycles must leak no process, fd or memory.
 
 The CI test (tests/test_reliability.py) runs 200 cycles under fork, the fastest start method;
-this script runs them under the others too (forkserver: about 1.7 s per cycle on 2 cores).
+this script runs them under the others too (forkserver: 1.2 to 1.7 s per cycle on 2 cores).
 """
 
 from __future__ import annotations
