@@ -234,3 +234,21 @@ class FixedActionPolicy:
 
     def set_weights(self, weights: Any) -> None:
         self.action = int(weights)
+
+
+class CloseRecordingEnv(SlowEnv):
+    """A SlowEnv that appends ``"<env_index> <pid>\\n"`` to the file ``marker`` when closed.
+
+    Tells a clean shutdown (the worker got CLOSE and closed its envs) from a kill, which leaves
+    no line.
+    """
+
+    def __init__(self, env_index: int = 0, marker: str = "", step_time: float = 0.001) -> None:
+        super().__init__(env_index=env_index, step_time=step_time)
+        self.marker = marker
+
+    def close(self) -> None:
+        if self.marker:
+            with open(self.marker, "a") as f:
+                f.write(f"{self.env_index} {os.getpid()}\n")
+        super().close()
