@@ -314,16 +314,16 @@ class _Worker:
             self._write(j, obs, 0.0, False, False)
             records.append((j, {}, reset_info))
             return
-        obs, reward, terminated, truncated, info = self.envs[j].step(action)
-        self.ended[j] = terminated or truncated
-        self._write(j, obs, reward, terminated, truncated)
-        if info:
-            records.append((j, info, None))
+        self._step_and_mark_end(j, action, records)
 
     def _step_disabled(self, j: int, action: Any, records: list[InfoRecord]) -> None:
         if self.ended[j]:
             self.views.rewards[j] = 0.0  # frozen until reset(mask=...) names it
             return
+        self._step_and_mark_end(j, action, records)
+
+    def _step_and_mark_end(self, j: int, action: Any, records: list[InfoRecord]) -> None:
+        """A plain step that remembers whether the episode ended (NEXT_STEP and DISABLED)."""
         obs, reward, terminated, truncated, info = self.envs[j].step(action)
         self.ended[j] = terminated or truncated
         self._write(j, obs, reward, terminated, truncated)
