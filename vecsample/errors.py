@@ -134,6 +134,13 @@ class RestartLimitError(WorkerError):
     """A worker failed more often than ``max_restarts`` allows."""
 
 
+# --- the Ray backend (vecsample.ray) ------------------------------------------------------------
+
+
+class ActorsLostError(VecSampleError, RuntimeError):
+    """Every Ray actor of a RaySampler died more often than ``max_restarts`` allows."""
+
+
 # --- meta-RL (issue 5) -------------------------------------------------------------------------
 
 

@@ -82,6 +82,9 @@ def _prepare_process(spec: WorkerSpec) -> None:
     # SIGINT goes to the whole foreground process group on Ctrl-C; the parent owns shutdown, so
     # workers ignore it instead of dying mid-step with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Under fork a worker inherits the parent's SIGTERM handler, which closes the parent's
+    # samplers; a worker must instead just die when terminated (close() relies on that).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _exit_with_parent(spec.parent_pid)
     if spec.threads is not None:
         _limit_threads(spec.threads)
@@ -165,7 +168,8 @@ class _Worker:
     def _writers(self) -> tuple[Callable[[int, Any], None], Callable[[int, Any], None]]:
         space = self.spec.buffers.observation_space
         obs, fin = self.views.obs_leaves, self.views.final_obs_leaves
-        if len(obs) == 1:  # the common case: one Box, written with one numpy row assignment
+        # The common case: one bare leaf (not a Dict/Tuple of one), one numpy row assignment.
+        if len(obs) == 1 and not self.spec.buffers.obs_leaves[0].path:
 
             def write(j: int, value: Any) -> None:
                 obs[0][j] = value
@@ -276,7 +280,7 @@ class _Worker:
 
     def _actions(self) -> Sequence[Any]:
         views = self.views.action_leaves
-        if len(views) == 1:
+        if len(views) == 1 and not self.spec.buffers.action_leaves[0].path:
             return views[0]  # type: ignore[return-value]  # rows (or scalars) straight from shm
         from vecsample.spaces import unflatten
 
@@ -310,16 +314,16 @@ class _Worker:
             self._write(j, obs, 0.0, False, False)
             records.append((j, {}, reset_info))
             return
-        obs, reward, terminated, truncated, info = self.envs[j].step(action)
-        self.ended[j] = terminated or truncated
-        self._write(j, obs, reward, terminated, truncated)
-        if info:
-            records.append((j, info, None))
+        self._step_and_mark_end(j, action, records)
 
     def _step_disabled(self, j: int, action: Any, records: list[InfoRecord]) -> None:
         if self.ended[j]:
             self.views.rewards[j] = 0.0  # frozen until reset(mask=...) names it
             return
+        self._step_and_mark_end(j, action, records)
+
+    def _step_and_mark_end(self, j: int, action: Any, records: list[InfoRecord]) -> None:
+        """A plain step that remembers whether the episode ended (NEXT_STEP and DISABLED)."""
         obs, reward, terminated, truncated, info = self.envs[j].step(action)
         self.ended[j] = terminated or truncated
         self._write(j, obs, reward, terminated, truncated)
