@@ -64,8 +64,8 @@ def test_specs_pickle_and_build_envs() -> None:
     for env_id in TASK_ENV_IDS:
         spec = pickle.loads(pickle.dumps(gym.spec(env_id)))
         assert isinstance(spec.entry_point, str)
-    env = vecsample.envs.make_env(gym.spec("2DNavigation-v0"), {"low": 0.1, "high": 0.2})
-    assert env.unwrapped.low == 0.1
+    spec = pickle.loads(pickle.dumps(gym.spec("2DNavigation-v0")))
+    assert gym.make(spec, low=0.1, high=0.2).unwrapped.low == 0.1
 
 
 @pytest.mark.parametrize(

@@ -21,10 +21,7 @@ in ``info["task"]`` at reset and at every step.
 
 from __future__ import annotations
 
-from typing import Any
-
-import gymnasium as gym
-from gymnasium.envs.registration import EnvSpec, register
+from gymnasium.envs.registration import register
 
 from vecsample.envs.bandit import BernoulliBanditEnv
 from vecsample.envs.base import Task, TaskEnv
@@ -41,7 +38,6 @@ __all__ = [
     "TabularMDPEnv",
     "Task",
     "TaskEnv",
-    "make_env",
     "make_mujoco_task_env",
 ]
 
@@ -90,15 +86,6 @@ def _register_all() -> None:
             kwargs={"entry_point": class_path},
             max_episode_steps=200,
         )
-
-
-def make_env(env_id: str | EnvSpec, env_kwargs: dict[str, Any]) -> gym.Env[Any, Any]:
-    """``gymnasium.make(env_id, **env_kwargs)``, importable by worker processes.
-
-    Pickling this function (e.g. in a ``functools.partial``) makes a spawned worker import
-    ``vecsample.envs`` first, so the ids above are registered there too.
-    """
-    return gym.make(env_id, **env_kwargs)
 
 
 _register_all()

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from numpy.typing import ArrayLike, NDArray
 
 from vecsample.errors import EpisodesError
-from vecsample.maml.losses import weighted_normalize
+from vecsample.maml.losses import discounted_cumsum, valid_mask, weighted_normalize
 
 
 class Baseline(Protocol):
@@ -142,22 +142,15 @@ class BatchEpisodes:
     def mask(self) -> torch.Tensor:
         """1.0 for the steps of each episode, 0.0 for the padding after it."""
         if "mask" not in self._tensors:
-            steps = torch.arange(len(self), device=self.device).unsqueeze(1)
-            lengths = torch.as_tensor(self._counts, device=self.device).unsqueeze(0)
-            self._tensors["mask"] = (steps < lengths).to(torch.float32)
+            valid = valid_mask(len(self), self.lengths, self.device)
+            self._tensors["mask"] = valid.to(torch.float32)
         return self._tensors["mask"]
 
     @property
     def returns(self) -> torch.Tensor:
         """Discounted returns-to-go, ``R_t = r_t + gamma * R_{t+1}``, 0 in the padding."""
         if "returns" not in self._tensors:
-            rewards = self.rewards * self.mask
-            returns = torch.zeros_like(rewards)
-            running = torch.zeros(self.batch_size, dtype=torch.float32, device=self.device)
-            for t in range(len(self) - 1, -1, -1):
-                running = self.gamma * running + rewards[t]
-                returns[t] = running
-            self._tensors["returns"] = returns
+            self._tensors["returns"] = discounted_cumsum(self.rewards * self.mask, self.gamma)
         return self._tensors["returns"]
 
     @property
@@ -179,11 +172,7 @@ class BatchEpisodes:
         values = baseline(self).detach().to(self.device) * self.mask
         values = F.pad(values, (0, 0, 0, 1))  # V = 0 after the last step: no bootstrapping
         deltas = self.rewards + self.gamma * values[1:] - values[:-1]
-        advantages = torch.zeros_like(deltas)
-        gae = torch.zeros(self.batch_size, dtype=torch.float32, device=self.device)
-        for t in range(len(self) - 1, -1, -1):
-            gae = gae * self.gamma * gae_lambda + deltas[t]
-            advantages[t] = gae
+        advantages = discounted_cumsum(deltas, self.gamma, gae_lambda)
         if normalize:
             advantages = weighted_normalize(advantages, lengths=self.lengths)
         self._advantages = advantages

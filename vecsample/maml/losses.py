@@ -20,11 +20,34 @@ class FunctionalPolicy(Protocol):
     ) -> Distribution: ...
 
 
+def valid_mask(
+    num_steps: int, lengths: Sequence[int], device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """Boolean ``(T, B)`` mask, True where ``t < lengths[b]`` (the steps of each episode)."""
+    steps = torch.arange(num_steps, device=device).unsqueeze(1)
+    return steps < torch.as_tensor(lengths, device=device).unsqueeze(0)
+
+
 def _valid_mask(tensor: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
-    """Boolean ``(T, B, 1, ...)`` mask, True where ``t < lengths[b]``; broadcasts on ``tensor``."""
-    steps = torch.arange(tensor.shape[0], device=tensor.device).unsqueeze(1)
-    valid = steps < torch.as_tensor(lengths, device=tensor.device).unsqueeze(0)
+    """``valid_mask`` shaped ``(T, B, 1, ...)``, to broadcast on a ``(T, B, ...)`` tensor."""
+    valid = valid_mask(tensor.shape[0], lengths, tensor.device)
     return valid.view(*valid.shape, *(1,) * (tensor.dim() - 2))
+
+
+def discounted_cumsum(values: torch.Tensor, *factors: float) -> torch.Tensor:
+    """``out[t] = out[t + 1] * f1 * f2 ... + values[t]`` along dim 0 (returns-to-go, GAE).
+
+    The factors are applied one by one, in pytorch-maml-rl's order, so that the results are
+    bitwise theirs.
+    """
+    out = torch.zeros_like(values)
+    running = torch.zeros_like(values[0])
+    for t in range(values.shape[0] - 1, -1, -1):
+        for factor in factors:
+            running = running * factor
+        running = running + values[t]
+        out[t] = running
+    return out
 
 
 def weighted_mean(tensor: torch.Tensor, lengths: Sequence[int] | None = None) -> torch.Tensor:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-import vecsample.envs
+import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
 from vecsample import errors
 from vecsample.envs.base import Task, TaskEnv
 from vecsample.maml.episodes import BatchEpisodes
@@ -173,9 +173,9 @@ class MultiTaskSampler:
         if seed is not None:
             self.env.reset(seed=_child_seed(self._seeds))  # seeds sample_tasks
         self.env.close()
-        self._factory = functools.partial(
-            vecsample.envs.make_env, gym.spec(env_name), self.env_kwargs
-        )
+        # gym.make on the pickled EnvSpec: a spawned worker rebuilds any registered env (its
+        # entry point is imported, which registers vecsample.envs' ids too).
+        self._factory = functools.partial(gym.make, gym.spec(env_name), **self.env_kwargs)
         self._loop = _main_loop()
         self._vec: VecSampler | None = None
         self._thread: threading.Thread | None = None
