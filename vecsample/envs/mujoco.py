@@ -41,6 +41,38 @@ def _float_box(size: int) -> spaces.Box:
     return spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
 
 
+class _VelocityTasks:
+    """Tasks of the Vel envs: a target velocity, uniform on ``[low, high]``."""
+
+    low: float
+    high: float
+    np_random: np.random.Generator
+    _task: Task
+
+    def sample_tasks(self, num_tasks: int) -> list[Task]:
+        velocities = self.np_random.uniform(self.low, self.high, size=(num_tasks,))
+        return [{"velocity": velocity} for velocity in velocities]
+
+    def reset_task(self, task: Task) -> None:
+        self._task = task
+        self._goal_velocity = float(task["velocity"])
+
+
+class _DirectionTasks:
+    """Tasks of the Dir envs: forward (+1) or backward (-1), each with probability 1/2."""
+
+    np_random: np.random.Generator
+    _task: Task
+
+    def sample_tasks(self, num_tasks: int) -> list[Task]:
+        directions = 2 * self.np_random.binomial(1, p=0.5, size=(num_tasks,)) - 1
+        return [{"direction": direction} for direction in directions]
+
+    def reset_task(self, task: Task) -> None:
+        self._task = task
+        self._goal_direction = float(task["direction"])
+
+
 class _HalfCheetahTaskEnv(HalfCheetahV5):
     """HalfCheetah with pytorch-maml-rl's observation; subclasses define the task term."""
 
@@ -74,7 +106,7 @@ class _HalfCheetahTaskEnv(HalfCheetahV5):
         return {"task": task_info(self._task)}
 
 
-class HalfCheetahVelEnv(_HalfCheetahTaskEnv):
+class HalfCheetahVelEnv(_VelocityTasks, _HalfCheetahTaskEnv):
     """Run at a target velocity, uniform on ``[low, high]`` (default [0, 2]).
 
     Task term: ``-|v_x - v_goal|``.
@@ -89,33 +121,17 @@ class HalfCheetahVelEnv(_HalfCheetahTaskEnv):
         utils.EzPickle.__init__(self, task, low, high, **kwargs)
         self.reset_task(self._task)
 
-    def sample_tasks(self, num_tasks: int) -> list[Task]:
-        velocities = self.np_random.uniform(self.low, self.high, size=(num_tasks,))
-        return [{"velocity": velocity} for velocity in velocities]
-
-    def reset_task(self, task: Task) -> None:
-        self._task = task
-        self._goal_velocity = float(task["velocity"])
-
     def _task_reward(self, forward_velocity: float) -> float:
         return -abs(forward_velocity - self._goal_velocity)
 
 
-class HalfCheetahDirEnv(_HalfCheetahTaskEnv):
+class HalfCheetahDirEnv(_DirectionTasks, _HalfCheetahTaskEnv):
     """Run forward (+1) or backward (-1), each with probability 1/2. Task term: ``dir * v_x``."""
 
     def __init__(self, task: Task | None = None, **kwargs: Any) -> None:
         super().__init__(task if task is not None else {"direction": 1}, **kwargs)
         utils.EzPickle.__init__(self, task, **kwargs)
         self.reset_task(self._task)
-
-    def sample_tasks(self, num_tasks: int) -> list[Task]:
-        directions = 2 * self.np_random.binomial(1, p=0.5, size=(num_tasks,)) - 1
-        return [{"direction": direction} for direction in directions]
-
-    def reset_task(self, task: Task) -> None:
-        self._task = task
-        self._goal_direction = float(task["direction"])
 
     def _task_reward(self, forward_velocity: float) -> float:
         return self._goal_direction * forward_velocity
@@ -175,7 +191,7 @@ class _AntTaskEnv(AntV5):
         return (float(self.data.body("torso").xpos[0]) - float(xy_before[0])) / self.dt
 
 
-class AntVelEnv(_AntTaskEnv):
+class AntVelEnv(_VelocityTasks, _AntTaskEnv):
     """Walk forward at a target velocity, uniform on ``[low, high]`` (default [0, 3]).
 
     Task term: ``1 - |v_x - v_goal|``.
@@ -190,34 +206,18 @@ class AntVelEnv(_AntTaskEnv):
         utils.EzPickle.__init__(self, task, low, high, **kwargs)
         self.reset_task(self._task)
 
-    def sample_tasks(self, num_tasks: int) -> list[Task]:
-        velocities = self.np_random.uniform(self.low, self.high, size=(num_tasks,))
-        return [{"velocity": velocity} for velocity in velocities]
-
-    def reset_task(self, task: Task) -> None:
-        self._task = task
-        self._goal_velocity = float(task["velocity"])
-
     def _task_reward(self, xy_before: NDArray[np.float64]) -> tuple[str, float]:
         velocity = self._forward_velocity(xy_before)
         return "reward_forward", 1.0 - abs(velocity - self._goal_velocity)
 
 
-class AntDirEnv(_AntTaskEnv):
+class AntDirEnv(_DirectionTasks, _AntTaskEnv):
     """Walk forward (+1) or backward (-1), each with probability 1/2. Task term: ``dir * v_x``."""
 
     def __init__(self, task: Task | None = None, **kwargs: Any) -> None:
         super().__init__(task if task is not None else {"direction": 1}, **kwargs)
         utils.EzPickle.__init__(self, task, **kwargs)
         self.reset_task(self._task)
-
-    def sample_tasks(self, num_tasks: int) -> list[Task]:
-        directions = 2 * self.np_random.binomial(1, p=0.5, size=(num_tasks,)) - 1
-        return [{"direction": direction} for direction in directions]
-
-    def reset_task(self, task: Task) -> None:
-        self._task = task
-        self._goal_direction = float(task["direction"])
 
     def _task_reward(self, xy_before: NDArray[np.float64]) -> tuple[str, float]:
         return "reward_forward", self._goal_direction * self._forward_velocity(xy_before)
