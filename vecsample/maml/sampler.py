@@ -428,15 +428,14 @@ class _Rollout:
         self.active = np.zeros(vec.num_envs, dtype=bool)
         self.active[: self.num_real] = True
         self.obs = np.zeros(0, dtype=np.float32)
-        self.pending: set[int] = set()
-        self.deadline_at = _deadline_at(sampler.deadline)
+        self.sent_at: dict[int, float] = {}  # pending workers and when each was sent
 
     def run(self) -> list[BatchEpisodes]:
         obs, _ = self.vec.reset()
         self.obs = np.array(obs, dtype=np.float32)  # a copy: the shm view changes on every step
         for w in range(self.vec.num_workers):
             self._send(w)
-        while self.pending:
+        while self.sent_at:
             for result in self._receive():
                 self._send(self._record(result))
         return self.episodes
@@ -461,9 +460,10 @@ class _Rollout:
                     ) from exc
 
     def _left(self) -> float:
-        if self.deadline_at is None:
+        """Seconds until the longest-waiting pending worker passes the deadline."""
+        if self.sampler.deadline is None:
             return math.inf
-        return self.deadline_at - time.monotonic()
+        return min(self.sent_at.values()) + self.sampler.deadline - time.monotonic()
 
     def _send(self, w: int) -> None:
         ids = self.vec.worker_env_ids(w)
@@ -472,8 +472,7 @@ class _Rollout:
             return
         self._act(ids, None if self.request.generators is None else self.request.generators[w])
         self.vec.step_send(w, self.actions[block])
-        self.pending.add(w)
-        self.deadline_at = _deadline_at(self.sampler.deadline)
+        self.sent_at[w] = time.monotonic()
 
     def _act(self, ids: range, generator: torch.Generator | None) -> None:
         """Actions for the active envs of ``ids``: one forward per shared parameter set."""
@@ -505,7 +504,7 @@ class _Rollout:
         ids, worker = result.env_ids, result.worker
         if worker is None:
             raise errors.PendingCallError("step_recv returned a result without its worker.")
-        self.pending.discard(worker)
+        del self.sent_at[worker]
         for k in self._tasks_in(ids):
             rows = self._rows(k, ids)
             local = rows - ids.start
@@ -520,10 +519,6 @@ class _Rollout:
         self.active[block] &= ~ended
         self.obs[block] = result.obs
         return worker
-
-
-def _deadline_at(deadline: float | None) -> float | None:
-    return None if deadline is None else time.monotonic() + deadline
 
 
 def _child_seed(seeds: np.random.SeedSequence) -> int:
