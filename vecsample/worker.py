@@ -51,6 +51,8 @@ class WorkerSpec:
     # Under fork the child inherits the parent's ends of the other workers' pipes; it closes
     # them so a worker sees EOF as soon as the parent is gone.
     inherited_conns: list[Connection] = field(default_factory=list)
+    #: Seconds to poll for the next command before blocking on the pipe (see _spin).
+    spin_s: float = 0.0
 
 
 @dataclass
@@ -218,8 +220,19 @@ class _Worker:
                     f"{buffers.action_space} (the first env's); all envs must match."
                 )
 
+    def _spin(self) -> None:
+        # Spin-then-block: polling for a moment keeps this vCPU awake and hot, so the parent's
+        # next command finds us running instead of paying a wake-up (an IPI on a VM) and cold
+        # caches. sched_yield hands the core to the parent if it is runnable here.
+        end = time.perf_counter() + self.spec.spin_s
+        poll = self.conn.poll
+        while time.perf_counter() < end and not poll():
+            os.sched_yield()
+
     def serve(self) -> None:
         while True:
+            if self.spec.spin_s > 0:
+                self._spin()
             try:
                 message = self.conn.recv_bytes()
             except (EOFError, OSError):
