@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("vecsample.compare", "full against partial batches (the main job)"),
+    "probe": ("vecsample.probe", "CPU against GPU time for small policies; where to place them"),
 }
 
 

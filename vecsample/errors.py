@@ -132,3 +132,10 @@ class DeadlineExceededError(VecSampleError, TimeoutError):
 
 class RestartLimitError(WorkerError):
     """A worker failed more often than ``max_restarts`` allows."""
+
+
+# --- device placement --------------------------------------------------------------------------
+
+
+class PlacementError(VecSampleError, ValueError):
+    """A device cannot be used as asked (unknown name, no CUDA, policies that do not match)."""
