@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from vecsample.profile import PhaseTimer, ProgressBar, format_report
+from vecsample.profile import PhaseTimer, ProgressBar, format_report, format_stats, phase_totals
 
 
 class ManualClock:
@@ -127,3 +127,58 @@ def test_progress_bar_shows_steps_per_second_and_the_biggest_phase(clock: Manual
     assert "sps=50" in text
     assert "top=wait 75%" in text
     assert "ret=1.5" in text
+
+
+def test_summary_merges_external_phases_into_one_wall_split(clock: ManualClock) -> None:
+    timer = PhaseTimer(clock)
+    with timer.phase("inference"):
+        clock.tick(1.0)
+    clock.tick(3.0)
+    flat = timer.summary({"wait": 2.0, "send": 0.5}, steps=80)
+    assert flat["wall_s"] == pytest.approx(4.0)
+    assert flat["inference_s"] == pytest.approx(1.0) and flat["inference_pct"] == pytest.approx(25)
+    assert flat["wait_pct"] == pytest.approx(50) and flat["send_pct"] == pytest.approx(12.5)
+    assert flat["other_s"] == pytest.approx(0.5) and flat["other_pct"] == pytest.approx(12.5)
+    assert flat["steps_per_s"] == pytest.approx(20)
+
+
+def test_format_stats_renders_a_flat_sampler_dict() -> None:
+    stats = {
+        "env_step_s": 3.0,
+        "env_steps": 100.0,
+        "send_s": 0.1,
+        "wait_s": 1.5,
+        "recvs": 10.0,
+        "wall_s": 2.0,
+        "send_pct": 5.0,
+        "wait_pct": 75.0,
+        "inference_s": 0.3,
+        "inference_pct": 15.0,
+        "other_s": 0.1,
+        "other_pct": 5.0,
+        "steps_per_s": 50.0,
+    }
+    assert phase_totals(stats) == {"send": 0.1, "wait": 1.5, "inference": 0.3}
+    lines = format_stats(stats, title="ppo", workers=2).splitlines()
+    assert lines[0] == "ppo: wall 2.000 s, 50.0 env steps/s"
+    assert [line.split()[0] for line in lines[2:]] == [
+        "wait",
+        "inference",
+        "send",
+        "other",
+        "env_step",
+    ]
+    assert "75.0% of 2 worker(s)' wall time" in lines[-1]
+
+
+def test_progress_bar_can_rank_phases_timed_elsewhere(clock: ManualClock) -> None:
+    timer = PhaseTimer(clock)
+    out = io.StringIO()
+    with timer.phase("inference"):
+        clock.tick(0.1)
+    clock.tick(0.9)
+    with ProgressBar(
+        timer, disable=False, file=out, totals=lambda: {"wait": 0.6, "inference": 0.1}
+    ) as bar:
+        bar.update(1)
+    assert "top=wait 60%" in out.getvalue()

@@ -138,6 +138,26 @@ class PhaseTimer:
             "extra": dict(extra or {}),
         }
 
+    def summary(
+        self, external: Mapping[str, float] | None = None, steps: float | None = None
+    ) -> dict[str, float]:
+        """A flat dict for ``stats()``: ``<phase>_s`` and ``<phase>_pct`` of the wall time.
+
+        ``external`` adds phases timed elsewhere on the same wall clock (the sampler's ``send``
+        and ``wait``); ``steps`` overrides the step count used for ``steps_per_s``.
+        """
+        wall = self.wall_s
+        totals = {**self.totals(), **dict(external or {})}
+        out: dict[str, float] = {"wall_s": wall}
+        for name, seconds in totals.items():
+            out[f"{name}_s"] = seconds
+            out[f"{name}_pct"] = _pct(seconds, wall)
+        other = wall - sum(totals.values())
+        out["other_s"], out["other_pct"] = other, _pct(other, wall)
+        count = self._steps if steps is None else steps
+        out["steps_per_s"] = count / wall if wall > 0 else 0.0
+        return out
+
     def _charge(self, name: str, seconds: float, *, count: int) -> None:
         phase = self._phases.setdefault(name, _Phase())
         phase.total_s += seconds
@@ -167,8 +187,45 @@ def format_report(report: Report, title: str = "profile") -> str:
     return "\n".join(lines)
 
 
+def phase_totals(stats: Mapping[str, float]) -> dict[str, float]:
+    """The phases of a flat ``stats()`` dict (every ``<name>_s`` with a ``<name>_pct``)."""
+    return {
+        key[:-4]: stats[key[:-4] + "_s"]
+        for key in stats
+        if key.endswith("_pct") and key != "other_pct" and key[:-4] + "_s" in stats
+    }
+
+
+def format_stats(stats: Mapping[str, float], title: str = "profile", workers: int = 1) -> str:
+    """A fixed-width table of a flat ``stats()`` dict (``VecSampler.stats``), biggest first.
+
+    Worker time (``env_step_s``) is summed over workers and runs in parallel with the parent's
+    phases, so it is shown apart, with the share of the workers' wall time it took.
+    """
+    wall = stats.get("wall_s", 0.0)
+    lines = [
+        f"{title}: wall {wall:.3f} s, {stats.get('steps_per_s', 0.0):.1f} env steps/s",
+        f"  {'phase':<14}{'seconds':>10}{'% wall':>9}",
+    ]
+    for name, seconds in sorted(phase_totals(stats).items(), key=lambda item: -item[1]):
+        lines.append(f"  {name:<14}{seconds:>10.3f}{stats[name + '_pct']:>8.1f}%")
+    lines.append(
+        f"  {'other':<14}{stats.get('other_s', 0.0):>10.3f}{stats.get('other_pct', 0):>8.1f}%"
+    )
+    if "env_step_s" in stats:
+        busy = _pct(stats["env_step_s"], wall * workers)
+        lines.append(
+            f"  {'env_step':<14}{stats['env_step_s']:>10.3f}  (in the workers, in parallel: "
+            f"{busy:.1f}% of {workers} worker(s)' wall time)"
+        )
+    return "\n".join(lines)
+
+
 class ProgressBar:
     """A tqdm bar for long runs: steps/s and the biggest phase in its postfix.
+
+    ``totals`` supplies the phase seconds when some are timed outside ``timer`` (for a sampler:
+    ``lambda: phase_totals(sampler.stats())``); by default the timer's own phases are used.
 
     ``disable=None`` lets tqdm hide the bar when stderr is not a terminal (CI logs stay clean).
     """
@@ -182,11 +239,13 @@ class ProgressBar:
         disable: bool | None = None,
         extra: Callable[[], Mapping[str, Any]] | None = None,
         file: IO[str] | None = None,
+        totals: Callable[[], Mapping[str, float]] | None = None,
     ) -> None:
         from tqdm import tqdm  # imported here: only long runs pay for it
 
         self._timer = timer
         self._extra = extra
+        self._totals = totals
         self._bar = tqdm(
             total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, file=file
         )
@@ -197,12 +256,21 @@ class ProgressBar:
         postfix: dict[str, Any] = {
             "sps": f"{self._timer.steps / max(self._timer.wall_s, 1e-9):.0f}"
         }
-        top = self._timer.biggest()
+        top = self._biggest()
         if top is not None:
             postfix["top"] = f"{top[0]} {100 * top[1]:.0f}%"
         if self._extra is not None:
             postfix.update(self._extra())
         self._bar.set_postfix(postfix, refresh=False)
+
+    def _biggest(self) -> tuple[str, float] | None:
+        if self._totals is None:
+            return self._timer.biggest()
+        totals = self._totals()
+        if not totals:
+            return None
+        name = max(totals, key=lambda k: totals[k])
+        return name, totals[name] / max(self._timer.wall_s, 1e-9)
 
     def close(self) -> None:
         self._bar.close()
