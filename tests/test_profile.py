@@ -7,7 +7,14 @@ import time
 
 import pytest
 
-from vecsample.profile import PhaseTimer, ProgressBar, format_report, format_stats, phase_totals
+from vecsample.profile import (
+    PhaseTimer,
+    ProgressBar,
+    format_report,
+    format_stats,
+    phase_totals,
+    stats_delta,
+)
 
 
 class ManualClock:
@@ -182,3 +189,28 @@ def test_progress_bar_can_rank_phases_timed_elsewhere(clock: ManualClock) -> Non
     ) as bar:
         bar.update(1)
     assert "top=wait 60%" in out.getvalue()
+
+
+def test_stats_delta_profiles_only_the_interval() -> None:
+    before = {
+        "wall_s": 10.0,
+        "wait_s": 8.0,
+        "wait_pct": 80.0,
+        "other_s": 2.0,
+        "other_pct": 20.0,
+        "env_steps": 100.0,
+        "steps_per_s": 10.0,
+    }
+    after = {
+        "wall_s": 14.0,
+        "wait_s": 9.0,
+        "wait_pct": 64.3,
+        "other_s": 5.0,
+        "other_pct": 35.7,
+        "env_steps": 300.0,
+        "steps_per_s": 21.4,
+    }
+    delta = stats_delta(before, after)
+    assert delta["wall_s"] == pytest.approx(4.0)
+    assert delta["wait_pct"] == pytest.approx(25.0) and delta["other_pct"] == pytest.approx(75.0)
+    assert delta["steps_per_s"] == pytest.approx(50.0)

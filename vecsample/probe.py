@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per cell (median)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls per cell first")
     parser.add_argument("--devices", nargs="+", default=None, help="default: cpu + cuda if any")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch intra-op CPU threads (default: torch's)"
+    )
     parser.add_argument("--json", default=None, help="also write every number to this file")
     parser.add_argument("--profile", action="store_true", help="print where the probe's time went")
 
@@ -208,6 +211,9 @@ def _recommendation(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.threads is not None:
+        # The CPU side depends heavily on this: measure at the count the trainer will use.
+        torch.set_num_threads(args.threads)
     devices = list(args.devices) if args.devices else available_devices()
     timer = PhaseTimer()
     cells: list[Cell] = []

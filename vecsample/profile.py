@@ -196,6 +196,22 @@ def phase_totals(stats: Mapping[str, float]) -> dict[str, float]:
     }
 
 
+def stats_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """The flat stats of the interval between two ``stats()`` calls, percentages recomputed.
+
+    Use it to profile a loop without the start-up before it (worker start, first reset).
+    """
+    out = {k: after[k] - before.get(k, 0.0) for k in after if not k.endswith("_pct")}
+    wall = out.get("wall_s", 0.0)
+    for key in after:
+        if key.endswith("_pct") and key[:-4] + "_s" in out:
+            out[key] = _pct(out[key[:-4] + "_s"], wall)
+    steps = out.get("env_steps")
+    if steps is not None:
+        out["steps_per_s"] = steps / wall if wall > 0 else 0.0
+    return out
+
+
 def format_stats(stats: Mapping[str, float], title: str = "profile", workers: int = 1) -> str:
     """A fixed-width table of a flat ``stats()`` dict (``VecSampler.stats``), biggest first.
 
