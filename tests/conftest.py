@@ -1,0 +1,61 @@
+"""Fixtures that own process lifetimes: whatever a test creates is closed, even when it fails."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from vecsample import VecSampler, VectorEnv
+
+
+@pytest.fixture
+def make_sampler() -> Iterator[Callable[..., VecSampler]]:
+    """``make_sampler(env_fns, **kwargs)``: a VecSampler closed at teardown, pass or fail."""
+    made: list[VecSampler] = []
+
+    def make(*args: Any, **kwargs: Any) -> VecSampler:
+        sampler = VecSampler(*args, **kwargs)
+        made.append(sampler)
+        return sampler
+
+    yield make
+    for sampler in made:
+        sampler.close(timeout=2.0)
+
+
+@pytest.fixture
+def make_vector_env() -> Iterator[Callable[..., VectorEnv]]:
+    """``make_vector_env(env_fns, **kwargs)``: a vecsample.VectorEnv closed at teardown."""
+    made: list[VectorEnv] = []
+
+    def make(*args: Any, **kwargs: Any) -> VectorEnv:
+        env = VectorEnv(*args, **kwargs)
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        env.close()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_workers() -> Iterator[None]:
+    """Every test must leave no vecsample worker behind (after its own fixtures closed)."""
+    yield
+    leaked = [p for p in psutil.Process().children(recursive=True) if _is_worker(p)]
+    assert not leaked, f"processes left behind: {[(p.pid, p.cmdline()) for p in leaked]}"
+
+
+def _is_worker(proc: psutil.Process) -> bool:
+    """Anything alive below us except multiprocessing's own long-lived helper servers."""
+    try:
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        helper = any(h in " ".join(proc.cmdline()) for h in ("forkserver", "resource_tracker"))
+        return not (helper and proc.ppid() == os.getpid())
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,29 @@
+"""Assertions shared by the tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def assert_same(a: Any, b: Any, where: str = "") -> None:
+    """Equal structure, values and dtypes; object arrays (gymnasium's final_obs) elementwise."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: keys {a.keys()} {b}"
+        for k in a:
+            assert_same(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}/{i}")
+    elif isinstance(a, np.ndarray) and a.dtype == object:
+        assert b.dtype == object and a.shape == b.shape, where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert (x is None) == (y is None), f"{where}[{i}]"
+            if x is not None:
+                assert_same(x, y, f"{where}[{i}]")
+    else:
+        np.testing.assert_array_equal(a, b, err_msg=where)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == np.asarray(b).dtype, f"{where}: {a.dtype} != {np.asarray(b).dtype}"

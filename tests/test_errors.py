@@ -1,0 +1,256 @@
+"""Every misuse and every worker failure gives a typed error that says what to do; nothing hangs."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from vecsample import VecSampler, errors
+from vecsample.testing import CountingEnv, DyingEnv, HangingEnv, RaisingEnv, SpaceEnv, fns
+
+
+def ones(n: int) -> np.ndarray:
+    return np.ones(n, dtype=np.int64)
+
+
+@pytest.fixture
+def sampler(make_sampler):
+    s = make_sampler(fns(CountingEnv, 4, length=100), num_workers=2)
+    s.reset()
+    return s
+
+
+# --- state machine ----------------------------------------------------------------------------
+
+
+def test_recv_with_nothing_pending(sampler):
+    with pytest.raises(errors.NoPendingError, match="step_send"):
+        sampler.step_recv()
+
+
+def test_send_to_a_busy_worker(sampler):
+    sampler.step_send(0, ones(2))
+    with pytest.raises(errors.WorkerBusyError, match=r"worker 0.*step_recv"):
+        sampler.step_send(0, ones(2))
+    assert [r.worker for r in sampler.step_recv()] == [0]  # still usable
+    sampler.step_send(0, ones(2))
+
+
+@pytest.mark.parametrize("call", ["reset", "step", "reset_task", "get_attr"])
+def test_synchronous_calls_while_steps_are_pending(sampler, call):
+    sampler.step_send(1, ones(2))
+    args = {"reset": (), "step": (ones(4),), "reset_task": ([0] * 4,), "get_attr": ("t",)}
+    with pytest.raises(errors.PendingCallError, match=r"workers \[1\] are pending"):
+        getattr(sampler, call)(*args[call])
+    sampler.step_recv()
+    sampler.reset()
+
+
+def test_every_call_after_close(make_sampler):
+    s = make_sampler(fns(CountingEnv, 2), num_workers=1)
+    s.close()
+    s.close()  # idempotent
+    for call, args in [("reset", ()), ("step", (ones(2),)), ("step_send", (0, ones(2))),
+                       ("step_recv", ()), ("call", ("t",)), ("reset_task", ([1, 2],))]:
+        with pytest.raises(errors.ClosedError, match="closed"):
+            getattr(s, call)(*args)
+
+
+@pytest.mark.parametrize("worker", [2, -1, 1.0, True, "0"])
+def test_worker_index_out_of_range_or_not_an_int(sampler, worker):
+    with pytest.raises(errors.WorkerIndexError, match="worker"):
+        sampler.step_send(worker, ones(2))
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+def test_wrong_action_shape(sampler):
+    with pytest.raises(errors.ActionShapeError, match=r"expected shape \(2,\).*got \(3,\)"):
+        sampler.step_send(0, ones(3))
+    sampler.step_send(0, ones(2))  # a later correct call still works
+
+
+def test_wrong_action_dtype_and_nan_in_discrete(sampler):
+    with pytest.raises(errors.ActionDtypeError, match=r"expected dtype int64.*float64"):
+        sampler.step_send(0, np.array([0.5, 1.0]))
+    with pytest.raises(errors.ActionDtypeError):
+        sampler.step_send(0, np.array([np.nan, 1.0]))
+
+
+def test_discrete_action_out_of_space(sampler):
+    with pytest.raises(errors.ActionSpaceError, match=r"rows \[1\].*Discrete\(4\)"):
+        sampler.step_send(0, np.array([0, 7]))
+    with pytest.raises(errors.ActionSpaceError):
+        sampler.step(np.array([0, 1, 2, -1]))
+
+
+def test_box_action_out_of_bounds_and_nan(make_sampler):
+    s = make_sampler([functools.partial(gym.make, "Pendulum-v1")] * 2, num_workers=1)
+    s.reset()
+    with pytest.raises(errors.ActionSpaceError, match="above high"):
+        s.step(np.array([[0.0], [2.5]]))
+    with pytest.raises(errors.ActionSpaceError, match="NaN"):
+        s.step(np.array([[np.nan], [0.0]]))
+    with pytest.raises(errors.ActionDtypeError):
+        s.step(np.array([["a"], ["b"]]))
+    s.step(np.zeros((2, 1), dtype=np.float32))
+
+
+def test_action_checks_can_be_turned_off_but_shape_is_still_checked(make_sampler):
+    s = make_sampler([functools.partial(gym.make, "Pendulum-v1")], check_actions=False)
+    s.reset()
+    s.step(np.array([[5.0]]))  # out of bounds, accepted: the env clips it
+    with pytest.raises(errors.ActionShapeError):
+        s.step(np.zeros((2, 1)))
+
+
+def test_dict_action_missing_a_key(make_sampler):
+    act = spaces.Dict({"a": spaces.Discrete(2), "b": spaces.Box(-1, 1, (2,))})
+    s = make_sampler([functools.partial(SpaceEnv, spaces.Discrete(3), act)], num_workers=1)
+    s.reset()
+    with pytest.raises(errors.ActionShapeError, match="'b'"):
+        s.step({"a": np.zeros(1, dtype=np.int64)})
+
+
+# --- construction -----------------------------------------------------------------------------
+
+
+def test_indivisible_env_count_suggests_divisors():
+    with pytest.raises(errors.ConfigError, match=r"not divisible.*\[1, 2, 3, 6\]"):
+        VecSampler(fns(CountingEnv, 6), num_workers=4)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"num_workers": 0}, {"num_workers": True}, {"deadline": -1.0}, {"context": "thread"},
+    {"autoreset_mode": "sometimes"}, {"seed": -3}, {"seed": 1.5}, {"cpu_affinity": [[0]]},
+])
+def test_bad_configuration(kwargs):
+    with pytest.raises(errors.ConfigError):
+        VecSampler(fns(CountingEnv, 2), **{"num_workers": 2, **kwargs})
+
+
+@pytest.mark.parametrize("env_fns", [[], [CountingEnv()], "CartPole-v1"])
+def test_bad_env_fns(env_fns):
+    with pytest.raises(errors.ConfigError):
+        VecSampler(env_fns)
+
+
+@pytest.mark.parametrize("space", [spaces.Text(5), spaces.Sequence(spaces.Discrete(2)),
+                                   spaces.Dict({"ok": spaces.Discrete(2), "bad": spaces.Text(3)})])
+def test_unsupported_space_is_refused_at_construction(space):
+    with pytest.raises(errors.UnsupportedSpaceError, match=r"Text|Sequence"):
+        VecSampler([functools.partial(SpaceEnv, space, spaces.Discrete(2))])
+
+
+def test_unpicklable_factory_under_spawn():
+    with pytest.raises(errors.EnvFactoryError, match=r"picklable.*functools.partial"):
+        VecSampler([lambda: CountingEnv()] * 2, num_workers=2, context="spawn")
+
+
+def test_unpicklable_factory_works_under_fork(make_sampler):
+    s = make_sampler([lambda: CountingEnv()] * 2, num_workers=2, context="fork")
+    s.reset()
+
+
+def boom() -> CountingEnv:
+    raise RuntimeError("factory exploded")
+
+
+def test_factory_that_raises_in_the_parent():
+    with pytest.raises(errors.EnvFactoryError, match="factory exploded"):
+        VecSampler([boom, boom])
+
+
+def maybe_boom(i: int) -> CountingEnv:
+    if i == 3:
+        raise RuntimeError("only env 3 explodes")
+    return CountingEnv(i)
+
+
+def test_factory_that_raises_in_a_worker_names_the_env():
+    with pytest.raises(errors.EnvFactoryError, match=r"worker 1.*env 3") as info:
+        VecSampler([functools.partial(maybe_boom, i) for i in range(4)], num_workers=2)
+    assert "only env 3 explodes" in info.value.__cause__.remote_traceback
+
+
+def mismatched(i: int) -> gym.Env:
+    return SpaceEnv(spaces.Discrete(3 + i), spaces.Discrete(2))
+
+
+def test_envs_with_mismatched_spaces():
+    with pytest.raises(errors.EnvFactoryError, match="observation_space"):
+        VecSampler([functools.partial(mismatched, i) for i in range(2)], num_workers=1)
+
+
+def test_reset_task_on_a_plain_env_names_the_fix(sampler):
+    with pytest.raises(errors.WorkerError, match="reset_task"):
+        sampler.reset_task([0] * 4)
+
+
+def test_bad_reset_arguments(sampler):
+    with pytest.raises(errors.ConfigError, match="one entry per env"):
+        sampler.reset(seed=[1, 2])
+    with pytest.raises(errors.ConfigError, match="bool array"):
+        sampler.reset(mask=[True] * 4)
+    with pytest.raises(errors.ConfigError, match="no env"):
+        sampler.reset(mask=np.zeros(4, dtype=bool))
+    with pytest.raises(errors.ConfigError, match="one entry per env"):
+        sampler.reset_task([1])
+    with pytest.raises(errors.ConfigError, match="pickled"):
+        sampler.call("t", lambda: 0)
+    sampler.reset(seed=3)
+
+
+# --- failures in workers ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["step", "reset"])
+def test_env_exception_carries_worker_env_and_remote_traceback(make_sampler, where):
+    s = make_sampler(fns(RaisingEnv, 4, where=where, at_step=2, bad_index=3), num_workers=2)
+    start = time.monotonic()
+    with pytest.raises(errors.WorkerError) as info:
+        s.reset()
+        s.step(ones(4))
+        s.step(ones(4))
+    assert time.monotonic() - start < 1.0
+    err = info.value
+    assert (err.worker, err.env) == (1, 3) and err.command == where.upper()
+    assert f"injected failure in {where}" in err.remote_traceback
+    assert "vecsample/testing.py" in str(err.__cause__)  # remote frames, chained as the cause
+    s.close()
+
+
+def test_dead_worker_is_detected_through_its_sentinel(make_sampler):
+    s = make_sampler(fns(DyingEnv, 4, at_step=2, bad_index=2, exitcode=7), num_workers=2)
+    s.reset()
+    s.step(ones(4))
+    start = time.monotonic()
+    with pytest.raises(errors.WorkerDiedError, match=r"worker 1.*exit code 7") as info:
+        s.step(ones(4))
+    assert time.monotonic() - start < 1.0
+    assert info.value.exitcode == 7 and info.value.worker == 1
+    with pytest.raises(errors.PendingCallError, match="dead"):
+        s.step_send(1, ones(2))
+    s.close()
+
+
+def test_deadline_reports_hung_workers_keeps_results_and_close_kills(make_sampler):
+    s = make_sampler(fns(HangingEnv, 4, at_step=1, bad_index=0), num_workers=2, deadline=0.5)
+    s.reset()
+    s.step_send(0, ones(2))
+    s.step_send(1, ones(2))
+    with pytest.raises(errors.DeadlineExceededError) as info:
+        s.step_recv(None)
+    assert info.value.hung_workers == [0]
+    assert [r.worker for r in info.value.results] == [1]  # nothing received is lost
+    with pytest.raises(errors.DeadlineExceededError):
+        s.step_recv(0.0, deadline=0.1)
+    start = time.monotonic()
+    s.close(timeout=0.5)
+    assert time.monotonic() - start < 3.0

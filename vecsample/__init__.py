@@ -1,0 +1,22 @@
+"""vecsample: fast, hang-free multiprocess sampling of gymnasium environments.
+
+The public surface, re-exported here: ``VecSampler`` (the core), ``VectorEnv`` and ``make_vec``
+(the gymnasium adapter), ``StepResult``, ``AutoresetMode``, ``EnvMaker`` and the ``errors``
+module. torch is never imported by ``import vecsample``.
+"""
+
+from vecsample import errors
+from vecsample.protocol import AutoresetMode
+from vecsample.sampler import EnvMaker, StepResult, VecSampler
+from vecsample.vector_env import VectorEnv, make_vec
+
+__all__ = [
+    "AutoresetMode",
+    "EnvMaker",
+    "StepResult",
+    "VecSampler",
+    "VectorEnv",
+    "errors",
+    "make_vec",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,107 @@
+"""Shared-memory buffers: one RawArray per leaf and field, each worker owning a row slice.
+
+Why RawArray and not ``multiprocessing.shared_memory.SharedMemory``: a RawArray lives in an
+anonymous arena whose /dev/shm file is unlinked the moment it is created, so nothing is left
+behind when a process is SIGKILLed. A named SharedMemory block leaks until someone unlinks it.
+Why no lock: each worker writes only its own rows, and the parent reads them only after the
+worker's reply arrived on the pipe, which orders the accesses.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from multiprocessing.sharedctypes import RawArray
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from vecsample.spaces import Leaf, leaves, unflatten
+
+#: Per-worker profile counters kept in shared memory (seconds stepping envs, env steps done).
+STAT_FIELDS = ("env_step_s", "env_steps")
+
+
+def _raw(nbytes: int) -> Any:
+    return RawArray(ctypes.c_byte, max(int(nbytes), 1))
+
+
+def _view(raw: Any, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+    count = int(np.prod(shape, dtype=np.int64))
+    return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+
+
+@dataclass
+class Views:
+    """numpy views of a row range [lo, hi) of every buffer; obs are nested like the space."""
+
+    obs_leaves: list[np.ndarray]
+    final_obs_leaves: list[np.ndarray]
+    action_leaves: list[np.ndarray]
+    obs: Any
+    final_obs: Any
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    has_final_obs: np.ndarray
+    restarted: np.ndarray
+
+
+@dataclass
+class SharedBuffers:
+    """All per-step arrays of a sampler. Pickled once per worker at start (RawArrays travel)."""
+
+    observation_space: spaces.Space[Any]
+    action_space: spaces.Space[Any]
+    num_envs: int
+    num_workers: int
+    obs_leaves: list[Leaf] = field(init=False)
+    action_leaves: list[Leaf] = field(init=False)
+    raws: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.obs_leaves = leaves(self.observation_space)
+        self.action_leaves = leaves(self.action_space)
+        n = self.num_envs
+        raws: dict[str, Any] = {}
+        for i, leaf in enumerate(self.obs_leaves):
+            nbytes = n * leaf.dtype.itemsize * int(np.prod(leaf.shape, dtype=np.int64))
+            raws[f"obs{i}"] = _raw(nbytes)
+            raws[f"final_obs{i}"] = _raw(nbytes)
+        for i, leaf in enumerate(self.action_leaves):
+            raws[f"act{i}"] = _raw(n * leaf.dtype.itemsize * int(np.prod(leaf.shape)))
+        raws["rewards"] = _raw(n * 8)
+        for name in ("terminated", "truncated", "has_final_obs", "restarted"):
+            raws[name] = _raw(n)
+        raws["stats"] = _raw(self.num_workers * len(STAT_FIELDS) * 8)
+        self.raws = raws
+
+    def views(self, lo: int = 0, hi: int | None = None) -> Views:
+        """Views of rows [lo, hi); zero-copy, valid as long as this object lives."""
+        hi = self.num_envs if hi is None else hi
+        n = self.num_envs
+        obs = [_view(self.raws[f"obs{i}"], lf.dtype, (n, *lf.shape))[lo:hi]
+               for i, lf in enumerate(self.obs_leaves)]
+        fin = [_view(self.raws[f"final_obs{i}"], lf.dtype, (n, *lf.shape))[lo:hi]
+               for i, lf in enumerate(self.obs_leaves)]
+        act = [_view(self.raws[f"act{i}"], lf.dtype, (n, *lf.shape))[lo:hi]
+               for i, lf in enumerate(self.action_leaves)]
+        flag = np.dtype(np.bool_)
+        return Views(
+            obs_leaves=obs,
+            final_obs_leaves=fin,
+            action_leaves=act,
+            obs=unflatten(self.observation_space, iter(obs)),
+            final_obs=unflatten(self.observation_space, iter(fin)),
+            rewards=_view(self.raws["rewards"], np.dtype(np.float64), (n,))[lo:hi],
+            terminated=_view(self.raws["terminated"], flag, (n,))[lo:hi],
+            truncated=_view(self.raws["truncated"], flag, (n,))[lo:hi],
+            has_final_obs=_view(self.raws["has_final_obs"], flag, (n,))[lo:hi],
+            restarted=_view(self.raws["restarted"], flag, (n,))[lo:hi],
+        )
+
+    def stats(self) -> np.ndarray:
+        """The (num_workers, len(STAT_FIELDS)) float64 counters, written by the workers."""
+        shape = (self.num_workers, len(STAT_FIELDS))
+        return _view(self.raws["stats"], np.dtype(np.float64), shape)

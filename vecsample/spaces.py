@@ -1,0 +1,210 @@
+"""Spaces as flat lists of fixed-shape leaves, so every step's data fits in shared memory.
+
+A space is flattened depth-first into ``Leaf`` entries (Box, Discrete, MultiDiscrete,
+MultiBinary), and nested Dict/Tuple values are taken apart and put back together in the same
+order. Anything else is refused at construction with ``UnsupportedSpaceError``: it would need
+pickling on every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from vecsample.errors import (
+    ActionDtypeError,
+    ActionShapeError,
+    ActionSpaceError,
+    UnsupportedSpaceError,
+)
+
+SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple nesting those"
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One fixed-shape array of a space: its path in the nesting, shape, dtype and space."""
+
+    path: tuple[str | int, ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    space: spaces.Space[Any]
+
+    @property
+    def name(self) -> str:
+        return "/".join(str(p) for p in self.path) or "<root>"
+
+
+@singledispatch
+def leaves(space: object, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    """The leaves of ``space`` in depth-first order; raises for unsupported spaces."""
+    where = f" at {'/'.join(map(str, path))}" if path else ""
+    raise UnsupportedSpaceError(
+        f"{type(space).__name__}{where} cannot live in shared memory; vecsample supports "
+        f"{SUPPORTED}. Wrap the env to expose one of those (e.g. flatten the space)."
+    )
+
+
+@leaves.register
+def _(space: spaces.Box, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [Leaf(path, tuple(space.shape), np.dtype(space.dtype), space)]
+
+
+@leaves.register
+def _(space: spaces.Discrete, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [Leaf(path, (), np.dtype(space.dtype), space)]
+
+
+@leaves.register
+def _(space: spaces.MultiDiscrete, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [Leaf(path, tuple(space.shape), np.dtype(space.dtype), space)]
+
+
+@leaves.register
+def _(space: spaces.MultiBinary, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [Leaf(path, tuple(space.shape), np.dtype(space.dtype), space)]
+
+
+@leaves.register
+def _(space: spaces.Dict, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [leaf for key, sub in space.spaces.items() for leaf in leaves(sub, (*path, key))]
+
+
+@leaves.register(spaces.Tuple)
+def _(space: Any, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [leaf for i, sub in enumerate(space.spaces) for leaf in leaves(sub, (*path, i))]
+
+
+def flatten(space: spaces.Space[Any], value: Any) -> list[Any]:
+    """Takes a (possibly nested) value apart into one entry per leaf, in leaf order."""
+    if isinstance(space, spaces.Dict):
+        return [x for key, sub in space.spaces.items() for x in flatten(sub, _get(value, key))]
+    if isinstance(space, spaces.Tuple):
+        return [x for i, sub in enumerate(space.spaces) for x in flatten(sub, _get(value, i))]
+    return [value]
+
+
+def _get(value: Any, key: str | int) -> Any:
+    try:
+        return value[key]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ActionShapeError(
+            f"expected a value with entry {key!r} for a Dict/Tuple space, got "
+            f"{type(value).__name__}; pass the same nesting as the space."
+        ) from exc
+
+
+def unflatten(space: spaces.Space[Any], parts: Iterator[Any]) -> Any:
+    """Puts leaf values back into the nesting of ``space`` (dict for Dict, tuple for Tuple)."""
+    if isinstance(space, spaces.Dict):
+        return {key: unflatten(sub, parts) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(unflatten(sub, parts) for sub in space.spaces)
+    return next(parts)
+
+
+def index_tree(tree: Any, index: Any) -> Any:
+    """``tree[index]`` applied to every array of a nested dict/tuple structure."""
+    if isinstance(tree, dict):
+        return {k: index_tree(v, index) for k, v in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(index_tree(v, index) for v in tree)
+    return tree[index]
+
+
+def copy_tree(tree: Any) -> Any:
+    """A deep copy of a nested dict/tuple of arrays."""
+    if isinstance(tree, dict):
+        return {k: copy_tree(v) for k, v in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(copy_tree(v) for v in tree)
+    return np.array(tree, copy=True)
+
+
+# --- action validation, done in the parent before anything is sent -----------------------------
+
+
+def check_action_leaf(leaf: Leaf, value: Any, batch: int, check_bounds: bool) -> np.ndarray:
+    """Returns ``value`` as an array of shape (batch, *leaf.shape) or raises a typed ActionError."""
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    expected = (batch, *leaf.shape)
+    if arr.shape != expected:
+        raise ActionShapeError(
+            f"action {leaf.name!r}: expected shape {expected} (one row per env), got "
+            f"{arr.shape}. Stack one action per env along the first axis."
+        )
+    if arr.dtype != leaf.dtype and not np.can_cast(arr.dtype, leaf.dtype, casting="same_kind"):
+        raise ActionDtypeError(
+            f"action {leaf.name!r}: expected dtype {leaf.dtype} for {leaf.space}, got "
+            f"{arr.dtype}. Convert with np.asarray(actions, dtype=np.{leaf.dtype})."
+        )
+    if check_bounds:
+        _bounds_check(leaf)(leaf, arr)
+    return arr
+
+
+def _bounds_check(leaf: Leaf) -> Callable[[Leaf, np.ndarray], None]:
+    # Walk the MRO so user subclasses of Box/Discrete/... are checked like their base.
+    for cls in type(leaf.space).__mro__:
+        if cls in _BOUNDS:
+            return _BOUNDS[cls]
+    raise UnsupportedSpaceError(f"no bounds check for {type(leaf.space).__name__}")
+
+
+def _out_of_space(leaf: Leaf, bad: np.ndarray, arr: np.ndarray, rule: str) -> ActionSpaceError:
+    rows = np.nonzero(bad.reshape(bad.shape[0], -1).any(axis=1))[0]
+    first = int(rows[0])
+    return ActionSpaceError(
+        f"action {leaf.name!r}: env rows {rows[:8].tolist()} are outside {leaf.space} "
+        f"({rule}); e.g. row {first} = {arr[first]!r}. Clip or resample those actions."
+    )
+
+
+def _check_box(leaf: Leaf, arr: np.ndarray) -> None:
+    space = leaf.space
+    assert isinstance(space, spaces.Box)
+    if arr.dtype.kind in "fc" and np.isnan(arr).any():
+        raise _out_of_space(leaf, np.isnan(arr), arr, "NaN is never in a Box")
+    bad = (arr < space.low) | (arr > space.high)
+    if bad.any():
+        raise _out_of_space(leaf, bad, arr, "below low or above high")
+
+
+def _check_integral(leaf: Leaf, arr: np.ndarray, low: Any, high: Any) -> None:
+    if arr.dtype.kind not in "iub":
+        raise ActionDtypeError(
+            f"action {leaf.name!r}: expected an integer dtype for {leaf.space}, got {arr.dtype}"
+            f" (NaN and fractions are not categories). Convert with arr.astype(np.int64)."
+        )
+    bad = (arr < low) | (arr > high)
+    if bad.any():
+        raise _out_of_space(leaf, bad, arr, f"allowed {low}..{high}")
+
+
+def _check_discrete(leaf: Leaf, arr: np.ndarray) -> None:
+    space = leaf.space
+    assert isinstance(space, spaces.Discrete)
+    _check_integral(leaf, arr, int(space.start), int(space.start + space.n - 1))
+
+
+def _check_multi_discrete(leaf: Leaf, arr: np.ndarray) -> None:
+    space = leaf.space
+    assert isinstance(space, spaces.MultiDiscrete)
+    _check_integral(leaf, arr, space.start, space.start + space.nvec - 1)
+
+
+def _check_multi_binary(leaf: Leaf, arr: np.ndarray) -> None:
+    _check_integral(leaf, arr, 0, 1)
+
+
+_BOUNDS: dict[type, Callable[[Leaf, np.ndarray], None]] = {
+    spaces.Box: _check_box,
+    spaces.Discrete: _check_discrete,
+    spaces.MultiDiscrete: _check_multi_discrete,
+    spaces.MultiBinary: _check_multi_binary,
+}

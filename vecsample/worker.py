@@ -1,0 +1,385 @@
+"""The worker process: build the envs, then serve commands until CLOSE or the parent is gone.
+
+Each command is a small handler. STEP reads actions from shared memory, steps every env of the
+worker one after another, autoresets as the mode says, writes results back to shared memory and
+answers with one byte (or the infos, when there are any). An exception in an env is answered
+with the env index and the traceback text; the worker itself keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vecsample.protocol import OK_MESSAGE, STEP_MESSAGE, AutoresetMode, Command, InfoRecord, Reply
+from vecsample.shm import SharedBuffers, Views
+
+EnvFn = Callable[[], gym.Env[Any, Any]]
+
+#: How often the watchdog thread checks that the parent is still alive (seconds).
+WATCHDOG_PERIOD = 0.2
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs, pickled once when the process starts."""
+
+    index: int
+    env_fns: Sequence[EnvFn]
+    env_offset: int
+    buffers: SharedBuffers
+    autoreset_mode: AutoresetMode
+    infos: bool
+    threads: int | None
+    cpu_affinity: list[int] | None
+    parent_pid: int
+    # Under fork the child inherits the parent's ends of the other workers' pipes; it closes
+    # them so a worker sees EOF as soon as the parent is gone.
+    inherited_conns: list[Connection] = field(default_factory=list)
+
+
+@dataclass
+class ErrorReport:
+    """What a worker sends when a handler raised."""
+
+    env: int | None
+    command: str
+    exc_type: str
+    message: str
+    traceback: str
+
+
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
+    """Entry point of a worker process."""
+    _prepare_process(spec)
+    for inherited in spec.inherited_conns:
+        inherited.close()
+    worker = _Worker(spec, conn)
+    if not worker.build():
+        return
+    worker.serve()
+
+
+# --- process settings ---------------------------------------------------------------------------
+
+
+def _prepare_process(spec: WorkerSpec) -> None:
+    # SIGINT goes to the whole foreground process group on Ctrl-C; the parent owns shutdown, so
+    # workers ignore it instead of dying mid-step with a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent(spec.parent_pid)
+    if spec.threads is not None:
+        _limit_threads(spec.threads)
+    if spec.cpu_affinity is not None and hasattr(os, "sched_setaffinity"):
+        # Pinning keeps a worker's env state in one core's cache; opt-in, since it fights other
+        # pinning on a shared machine.
+        os.sched_setaffinity(0, spec.cpu_affinity)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    # daemon=True does not cover a SIGKILLed parent. PR_SET_PDEATHSIG kills us when our direct
+    # parent dies (the forkserver, which exits when the main process does); the watchdog thread
+    # covers the cases PDEATHSIG misses (a parent thread that exits, non-Linux platforms).
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    watchdog = threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True)
+    watchdog.start()
+
+
+def _watch_parent(main_pid: int) -> None:
+    # Our direct parent is the main process (fork, spawn) or the forkserver. Either dying
+    # re-parents us, which changes getppid(); the main process dying is also seen directly.
+    direct_parent = os.getppid()
+    while True:
+        if os.getppid() != direct_parent or not _exists(main_pid):
+            os._exit(0)
+        time.sleep(WATCHDOG_PERIOD)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _limit_threads(n: int) -> None:
+    # N workers each running a BLAS/torch thread pool the size of the machine oversubscribe the
+    # cores; one thread per worker is the right default for env stepping.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                "NUMEXPR_NUM_THREADS"):
+        os.environ[var] = str(n)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+# --- the command loop ---------------------------------------------------------------------------
+
+
+class _Worker:
+    def __init__(self, spec: WorkerSpec, conn: Connection) -> None:
+        self.spec = spec
+        self.conn = conn
+        self.envs: list[gym.Env[Any, Any]] = []
+        lo = spec.env_offset
+        self.count = len(spec.env_fns)
+        self.views: Views = spec.buffers.views(lo, lo + self.count)
+        self.stats = spec.buffers.stats()[spec.index]
+        self.current_env: int | None = None
+        self.ended = np.zeros(self.count, dtype=bool)  # NEXT_STEP: reset next; DISABLED: frozen
+        self.handlers: dict[Command, Callable[[Any], Any]] = {
+            Command.RESET: self._reset,
+            Command.RESET_TASK: self._reset_task,
+            Command.CALL: self._call,
+            Command.GET_ATTR: self._get_attr,
+            Command.SET_ATTR: self._set_attr,
+        }
+        step_modes = {
+            AutoresetMode.SAME_STEP: self._step_same,
+            AutoresetMode.NEXT_STEP: self._step_next,
+            AutoresetMode.DISABLED: self._step_disabled,
+        }
+        self.step_one = step_modes[spec.autoreset_mode]
+        self.write_obs, self.write_final = self._writers()
+
+    def _writers(self) -> tuple[Callable[[int, Any], None], Callable[[int, Any], None]]:
+        space = self.spec.buffers.observation_space
+        obs, fin = self.views.obs_leaves, self.views.final_obs_leaves
+        if len(obs) == 1:  # the common case: one Box, written with one numpy row assignment
+
+            def write(j: int, value: Any) -> None:
+                obs[0][j] = value
+
+            def write_final(j: int, value: Any) -> None:
+                fin[0][j] = value
+
+            return write, write_final
+        from vecsample.spaces import flatten
+
+        def write_nested(j: int, value: Any) -> None:
+            for view, part in zip(obs, flatten(space, value), strict=True):
+                view[j] = part
+
+        def write_final_nested(j: int, value: Any) -> None:
+            for view, part in zip(fin, flatten(space, value), strict=True):
+                view[j] = part
+
+        return write_nested, write_final_nested
+
+    def build(self) -> bool:
+        try:
+            for j, env_fn in enumerate(self.spec.env_fns):
+                self.current_env = j
+                self.envs.append(env_fn())
+            self._check_spaces()
+        except BaseException:
+            self._send_error("BUILD")
+            return False
+        self.current_env = None
+        self.conn.send_bytes(pickle.dumps((Reply.READY, None)))
+        return True
+
+    def _check_spaces(self) -> None:
+        buffers = self.spec.buffers
+        for j, env in enumerate(self.envs):
+            self.current_env = j
+            if env.observation_space != buffers.observation_space:
+                raise ValueError(
+                    f"env built observation_space {env.observation_space}, expected "
+                    f"{buffers.observation_space} (the first env's); all envs must match."
+                )
+            if env.action_space != buffers.action_space:
+                raise ValueError(
+                    f"env built action_space {env.action_space}, expected "
+                    f"{buffers.action_space} (the first env's); all envs must match."
+                )
+
+    def serve(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv_bytes()
+            except (EOFError, OSError):
+                break  # the parent is gone: exit quietly
+            if message == STEP_MESSAGE:
+                self._run(Command.STEP, self._step, None)
+                continue
+            command, payload = pickle.loads(message)
+            if command is Command.CLOSE:
+                break
+            self._run(command, self.handlers[command], payload)
+        self._close_envs()
+
+    def _run(self, command: Command, handler: Callable[[Any], Any], payload: Any) -> None:
+        try:
+            result = handler(payload)
+        except Exception:
+            self._send_error(command.name)
+            return
+        if result is None:
+            self.conn.send_bytes(OK_MESSAGE)
+        else:
+            self.conn.send_bytes(pickle.dumps((Reply.OK, result), pickle.HIGHEST_PROTOCOL))
+
+    def _send_error(self, command: str) -> None:
+        exc_type, exc, _ = sys.exc_info()
+        env = None if self.current_env is None else self.spec.env_offset + self.current_env
+        report = ErrorReport(
+            env=env,
+            command=command,
+            exc_type=getattr(exc_type, "__name__", "Exception"),
+            message=str(exc),
+            traceback=traceback.format_exc(),
+        )
+        self.current_env = None
+        with contextlib.suppress(OSError, ValueError):  # the parent is gone: nothing to tell
+            self.conn.send_bytes(pickle.dumps((Reply.ERROR, report)))
+
+    def _close_envs(self) -> None:
+        for env in self.envs:
+            # One env failing to close must not stop the others from closing.
+            with contextlib.suppress(Exception):
+                env.close()
+
+    # --- step ------------------------------------------------------------------------------------
+
+    def _step(self, _: None) -> list[InfoRecord] | None:
+        start = time.perf_counter()
+        records: list[InfoRecord] = []
+        actions = self._actions()
+        for j in range(self.count):
+            self.current_env = j
+            self.step_one(j, actions[j], records)
+        self.current_env = None
+        self.stats[0] += time.perf_counter() - start
+        self.stats[1] += self.count
+        return records if (records and self.spec.infos) else None
+
+    def _actions(self) -> Sequence[Any]:
+        views = self.views.action_leaves
+        if len(views) == 1:
+            return views[0]  # type: ignore[return-value]  # rows (or scalars) straight from shm
+        from vecsample.spaces import unflatten
+
+        space = self.spec.buffers.action_space
+        return [unflatten(space, (v[j] for v in views)) for j in range(self.count)]
+
+    def _write(self, j: int, obs: Any, reward: Any, terminated: Any, truncated: Any) -> None:
+        v = self.views
+        self.write_obs(j, obs)
+        v.rewards[j] = reward
+        v.terminated[j] = terminated
+        v.truncated[j] = truncated
+
+    def _step_same(self, j: int, action: Any, records: list[InfoRecord]) -> None:
+        obs, reward, terminated, truncated, info = self.envs[j].step(action)
+        if terminated or truncated:
+            self.write_final(j, obs)
+            self.views.has_final_obs[j] = True
+            obs, reset_info = self.envs[j].reset()
+            records.append((j, info, reset_info))
+        else:
+            self.views.has_final_obs[j] = False
+            if info:
+                records.append((j, info, None))
+        self._write(j, obs, reward, terminated, truncated)
+
+    def _step_next(self, j: int, action: Any, records: list[InfoRecord]) -> None:
+        if self.ended[j]:
+            obs, reset_info = self.envs[j].reset()
+            self.ended[j] = False
+            self._write(j, obs, 0.0, False, False)
+            records.append((j, {}, reset_info))
+            return
+        obs, reward, terminated, truncated, info = self.envs[j].step(action)
+        self.ended[j] = terminated or truncated
+        self._write(j, obs, reward, terminated, truncated)
+        if info:
+            records.append((j, info, None))
+
+    def _step_disabled(self, j: int, action: Any, records: list[InfoRecord]) -> None:
+        if self.ended[j]:
+            self.views.rewards[j] = 0.0  # frozen until reset(mask=...) names it
+            return
+        obs, reward, terminated, truncated, info = self.envs[j].step(action)
+        self.ended[j] = terminated or truncated
+        self._write(j, obs, reward, terminated, truncated)
+        if info:
+            records.append((j, info, None))
+
+    # --- synchronous commands --------------------------------------------------------------------
+
+    def _reset(self, payload: tuple[list[Any], Any, Any]) -> list[tuple[int, dict[str, Any]]]:
+        seeds, options, mask = payload
+        infos: list[tuple[int, dict[str, Any]]] = []
+        v = self.views
+        for j, env in enumerate(self.envs):
+            if mask is not None and not mask[j]:
+                continue
+            self.current_env = j
+            kwargs = {} if options is None else {"options": options}
+            obs, info = env.reset(seed=seeds[j], **kwargs)
+            self.write_obs(j, obs)
+            v.terminated[j] = v.truncated[j] = v.has_final_obs[j] = v.restarted[j] = False
+            self.ended[j] = False
+            infos.append((j, info))
+        self.current_env = None
+        return infos
+
+    def _reset_task(self, tasks: Sequence[Any]) -> list[None]:
+        for j, (env, task) in enumerate(zip(self.envs, tasks, strict=True)):
+            self.current_env = j
+            reset_task = getattr(env.unwrapped, "reset_task", None)
+            if reset_task is None:
+                raise AttributeError(
+                    f"{type(env.unwrapped).__name__} has no reset_task(task); reset_task needs "
+                    f"a meta-RL task env (see vecsample.envs)."
+                )
+            reset_task(task)
+        self.current_env = None
+        return [None] * self.count
+
+    def _call(self, payload: tuple[str, tuple[Any, ...], dict[str, Any]]) -> list[Any]:
+        name, args, kwargs = payload
+        out = []
+        for j, env in enumerate(self.envs):
+            self.current_env = j
+            attr = env.get_wrapper_attr(name)
+            out.append(attr(*args, **kwargs) if callable(attr) else attr)
+        self.current_env = None
+        return out
+
+    def _get_attr(self, name: str) -> list[Any]:
+        out = []
+        for j, env in enumerate(self.envs):
+            self.current_env = j
+            out.append(env.get_wrapper_attr(name))
+        self.current_env = None
+        return out
+
+    def _set_attr(self, payload: tuple[str, Sequence[Any]]) -> list[None]:
+        name, values = payload
+        for j, (env, value) in enumerate(zip(self.envs, values, strict=True)):
+            self.current_env = j
+            env.set_wrapper_attr(name, value)
+        self.current_env = None
+        return [None] * self.count
