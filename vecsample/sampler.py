@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample import errors
+from vecsample.profile import PhaseTimer
 from vecsample.protocol import OK_MESSAGE, STEP_MESSAGE, AutoresetMode, Command, Reply, WorkerState
 from vecsample.seeding import SeedArg, check_seed, env_seeds, resolve_seeds
 from vecsample.shm import STAT_FIELDS, SharedBuffers, Views
@@ -123,6 +124,8 @@ class VecSampler:
         self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, 1.0)
         self._closed = False
         self._await_ready()
+        #: Parent-side phases charged by vecsample.rollout (inference, copy, sync); see stats().
+        self.phases = PhaseTimer()
 
     # --- construction --------------------------------------------------------------------------
 
@@ -536,10 +539,15 @@ class VecSampler:
     # --- stats and lifetime ----------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """Totals since construction: env stepping (workers), send and wait (parent)."""
+        """Totals since construction: env stepping (workers), send and wait (parent), plus
+        ``wall_s``, ``<phase>_s`` / ``<phase>_pct`` of the wall time for every parent phase
+        (send, wait and what the rollout charges to ``phases``), ``other`` and ``steps_per_s``."""
         counters = self._buffers.stats().sum(axis=0)
         out = {name: float(counters[i]) for i, name in enumerate(STAT_FIELDS)}
         out.update(self._timers)
+        # Totals and % of the wall time, with the phases vecsample.rollout charges (profile.py).
+        out.update(self.phases.summary({"send": out["send_s"], "wait": out["wait_s"]},
+                                       steps=out["env_steps"]))
         return out
 
     @property
