@@ -323,6 +323,7 @@ def test_probe_runs_as_a_command() -> None:
         text=True,
         timeout=120,
         check=False,
+        cwd=Path(__file__).resolve().parents[1],  # `-m vecsample` finds this checkout first
     )
     assert done.returncode == 0, done.stderr
     assert "training step (forward + backward + Adam)" in done.stdout

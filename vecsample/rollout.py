@@ -11,8 +11,9 @@
 * **Partial batches.** With ``timeout=<seconds>`` the rollout sends each worker its actions as
   soon as that worker's step arrives (``step_recv(timeout)``), instead of waiting for the slowest
   one. Each env keeps its own position ``t``, so whatever order steps arrive in, env ``i``'s
-  ``k``-th step lands in row ``k`` of column ``i``: the batch holds the same data as with full
-  batches, only sooner. An env that has its ``T`` steps waits for the others.
+  ``k``-th step lands in row ``k`` of column ``i``: the batch has the same layout as with full
+  batches (and, for a deterministic policy, the same data; the tests check this). An env that
+  has its ``T`` steps waits for the others.
 
 Storage lives on ``storage_device`` (the CPU by default), in pinned memory when a GPU is
 involved. Host-to-device copies are ``non_blocking`` only where that is safe: the source is
@@ -166,7 +167,8 @@ class Rollout:
         self.train_device = torch.device(self.placement.train_device)
         self.sampling_policy = copy.deepcopy(policy).to(self.rollout_device)
         self._weight_sync = WeightSync(policy, self.sampling_policy)
-        self.timer: PhaseTimer = getattr(self.sampler, "phases", None) or PhaseTimer()
+        #: The sampler's phase timer: inference, copy and sync land next to its send and wait.
+        self.timer: PhaseTimer = self.sampler.phases
         uses_cuda = "cuda" in (self.rollout_device.type, self.train_device.type)
         self.batch = self._allocate(torch.device(storage_device), pin=uses_cuda)
         self.episodes: list[Episode] = []
@@ -247,7 +249,8 @@ class Rollout:
     def sync(self) -> float:
         """Copy the training policy's weights into the sampling copy; returns the seconds."""
         start = time.perf_counter()
-        if state_tensors(self.policy)[0].device != self._weight_sync.source_device:
+        params = state_tensors(self.policy)
+        if params and params[0].device != self._weight_sync.source_device:
             self._weight_sync = WeightSync(self.policy, self.sampling_policy)  # policy moved
         seconds = self._weight_sync()
         self.timer.add("sync", time.perf_counter() - start)
