@@ -154,3 +154,10 @@ class EpisodesError(VecSampleError, ValueError):
 
 class BaselineFitError(VecSampleError, RuntimeError):
     """The linear baseline's normal equations stayed singular at every regularisation tried."""
+
+
+# --- device placement --------------------------------------------------------------------------
+
+
+class PlacementError(VecSampleError, ValueError):
+    """A device cannot be used as asked (unknown name, no CUDA, policies that do not match)."""

@@ -30,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample import errors, signals
+from vecsample.profile import PhaseTimer
 from vecsample.protocol import OK_MESSAGE, STEP_MESSAGE, AutoresetMode, Command, Reply, WorkerState
 from vecsample.seeding import SeedArg, check_seed, env_seeds, resolve_seeds, restart_seed
 from vecsample.shm import STAT_FIELDS, SharedBuffers, Views
@@ -134,6 +135,8 @@ class VecSampler:
         self._views = [self._buffers.views(*self._bounds(w)) for w in range(self.num_workers)]
         self._states = [WorkerState.IDLE] * self.num_workers
         self._timers = {"send_s": 0.0, "wait_s": 0.0, "recvs": 0.0, "workers_received": 0.0}
+        #: Parent-side phases charged by vecsample.rollout (inference, copy, sync); see stats().
+        self.phases = PhaseTimer()
         self._fns, self._infos, self._threads = fns, infos, threads_per_worker
         self._affinity = _affinity(cpu_affinity, self.num_workers)
         self._procs, self._conns = self._start()
@@ -667,10 +670,15 @@ class VecSampler:
     # --- stats and lifetime ----------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """Totals since construction: env stepping (workers), send and wait (parent)."""
+        """Totals since construction: env stepping (workers), send and wait (parent), plus
+        ``wall_s``, ``<phase>_s`` / ``<phase>_pct`` of the wall time for every parent phase
+        (send, wait and what the rollout charges to ``phases``), ``other`` and ``steps_per_s``."""
         counters = self._buffers.stats().sum(axis=0)
         out = {name: float(counters[i]) for i, name in enumerate(STAT_FIELDS)}
         out.update(self._timers)
+        # Totals and % of the wall time, with the phases vecsample.rollout charges (profile.py).
+        out.update(self.phases.summary({"send": out["send_s"], "wait": out["wait_s"]},
+                                       steps=out["env_steps"]))
         return out
 
     @property

@@ -1,0 +1,355 @@
+"""Rollouts from a ``VecSampler`` (or ``vecsample.VectorEnv``) with a torch policy.
+
+:class:`Rollout` collects ``num_steps`` transitions from every env into preallocated
+``(T, N, ...)`` tensors and hands them out as a :class:`RolloutBatch`:
+
+* **Sampling copy.** Inference runs on a copy of the training policy on ``rollout_device``. It is
+  synced from the training policy once per :meth:`Rollout.collect`, never per step, through a
+  preallocated flat buffer (:class:`vecsample.device.WeightSync`); the sync is timed.
+* **Placement.** ``device="auto"`` measures inference, a training step and the transfers on each
+  available device and chooses where to sample and where to train (:mod:`vecsample.device`).
+* **Partial batches.** With ``timeout=<seconds>`` the rollout sends each worker its actions as
+  soon as that worker's step arrives (``step_recv(timeout)``), instead of waiting for the slowest
+  one. Each env keeps its own position ``t``, so whatever order steps arrive in, env ``i``'s
+  ``k``-th step lands in row ``k`` of column ``i``: the batch has the same layout as with full
+  batches (and, for a deterministic policy, the same data; the tests check this). An env that
+  has its ``T`` steps waits for the others.
+
+Storage lives on ``storage_device`` (the CPU by default), in pinned memory when a GPU is
+involved. Host-to-device copies are ``non_blocking`` only where that is safe: the source is
+pinned host memory that nothing overwrites before the copy has run. Rollout rows are written
+once per rollout, and the next :meth:`collect` starts with the weight sync, which synchronises
+both devices, so a copy queued from the batch (:meth:`RolloutBatch.to`) or from a row for
+inference has always finished before that memory is written again. Observations from shared
+memory are never copied non_blocking: that memory is pageable and is rewritten by the next step.
+Device-to-host copies (actions for the workers) are always blocking: the workers read them next.
+
+Observations are stored as float32 whatever the env's dtype; rewards as float32.
+Requires ``AutoresetMode.SAME_STEP``: an ended env is reset inside its last step, and its last
+observation is kept in ``final_obs`` (flagged by ``has_final_obs``) for value bootstrapping on
+truncation.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from vecsample import errors
+from vecsample.device import (
+    CPU,
+    Forward,
+    Placement,
+    WeightSync,
+    Workload,
+    auto_placement,
+    resolve_device,
+    state_tensors,
+)
+from vecsample.profile import PhaseTimer
+from vecsample.protocol import AutoresetMode
+from vecsample.sampler import StepResult, VecSampler
+
+#: ``act(sampling_policy, obs) -> {"actions": tensor, **extras}`` (or just the actions tensor).
+#: ``obs`` is a float32 (n, *obs_shape) tensor on the rollout device; every output has n rows.
+Act = Callable[[nn.Module, torch.Tensor], "Mapping[str, torch.Tensor] | torch.Tensor"]
+
+
+@dataclass
+class RolloutBatch:
+    """One rollout, time-major: row ``t`` of column ``i`` is env ``i``'s ``t``-th step."""
+
+    obs: torch.Tensor  # (T, N, *obs_shape) float32: what each action was taken on
+    actions: torch.Tensor  # (T, N, *action_shape) as the policy returned them (before clipping)
+    rewards: torch.Tensor  # (T, N) float32
+    terminated: torch.Tensor  # (T, N) bool
+    truncated: torch.Tensor  # (T, N) bool
+    final_obs: torch.Tensor  # (T, N, *obs_shape): the last obs of an episode that ended at t
+    has_final_obs: torch.Tensor  # (T, N) bool: where final_obs is valid
+    next_obs: torch.Tensor  # (N, *obs_shape): the obs after the last step, for bootstrapping
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # (T, N, ...) from act
+
+    def to(self, device: str | torch.device) -> RolloutBatch:
+        """The batch on ``device``; non_blocking from pinned memory (safe: see module doc)."""
+        dev = torch.device(device)
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dev, non_blocking=t.device.type == CPU and t.is_pinned())
+
+        moved = {f.name: move(getattr(self, f.name)) for f in fields(self) if f.name != "extras"}
+        return RolloutBatch(**moved, extras={k: move(v) for k, v in self.extras.items()})
+
+
+@dataclass(frozen=True)
+class Episode:
+    """An episode that ended during a rollout: its env, return, length and the global step."""
+
+    env: int
+    ret: float
+    length: int
+    step: int
+
+
+def _sampler_of(envs: VecSampler | Any) -> VecSampler:
+    sampler = envs if isinstance(envs, VecSampler) else getattr(envs, "sampler", None)
+    if not isinstance(sampler, VecSampler):
+        raise errors.ConfigError(
+            f"Rollout needs a VecSampler or a vecsample.VectorEnv, got {type(envs).__name__}."
+        )
+    if sampler.autoreset_mode is not AutoresetMode.SAME_STEP:
+        raise errors.ConfigError(
+            f"Rollout needs autoreset_mode=SAME_STEP, got {sampler.autoreset_mode.name}; build the "
+            "sampler (or VectorEnv) with autoreset_mode=vecsample.AutoresetMode.SAME_STEP."
+        )
+    return sampler
+
+
+def _box_shape(space: gym.Space[Any], what: str) -> tuple[int, ...]:
+    if isinstance(space, gym.spaces.Box | gym.spaces.Discrete | gym.spaces.MultiDiscrete):
+        return tuple(space.shape or ())
+    raise errors.UnsupportedSpaceError(
+        f"Rollout supports Box, Discrete and MultiDiscrete {what} spaces, got {space}; "
+        "flatten it with gymnasium.wrappers.FlattenObservation inside the env factory."
+    )
+
+
+def _default_act(policy: nn.Module, obs: torch.Tensor) -> Mapping[str, torch.Tensor] | torch.Tensor:
+    out: Mapping[str, torch.Tensor] | torch.Tensor = policy(obs)
+    return out
+
+
+class Rollout:
+    """Collects ``num_steps`` steps of every env into preallocated storage; see module doc.
+
+    ``device`` is where inference runs: ``"auto"`` measures (then the *training* policy is also
+    moved to the chosen training device: build its optimizer after the Rollout), or a device
+    name (the training policy stays where it is). ``timeout=None`` steps full batches; a float
+    steps partial batches. ``minibatch_size`` and ``updates_per_rollout`` describe the training
+    that follows, so that ``"auto"`` can price it.
+    """
+
+    def __init__(
+        self,
+        envs: VecSampler | Any,
+        policy: nn.Module,
+        num_steps: int,
+        *,
+        act: Act | None = None,
+        device: str | torch.device = "auto",
+        storage_device: str | torch.device = CPU,
+        timeout: float | None = None,
+        seed: int | None = None,
+        clip_actions: bool = True,
+        minibatch_size: int | None = None,
+        updates_per_rollout: int = 1,
+        forward: Forward | None = None,
+    ) -> None:
+        if num_steps < 1:
+            raise errors.ConfigError(f"num_steps must be >= 1, got {num_steps}.")
+        self.sampler = _sampler_of(envs)
+        self.num_steps, self.num_envs = num_steps, self.sampler.num_envs
+        self.timeout, self._seed, self._act = timeout, seed, act or _default_act
+        self._obs_shape = _box_shape(self.sampler.single_observation_space, "observation")
+        self._action_space = self.sampler.single_action_space
+        _box_shape(self._action_space, "action")
+        self._clip = clip_actions and isinstance(self._action_space, gym.spaces.Box)
+        self.placement = self._place(policy, device, minibatch_size, updates_per_rollout, forward)
+        self.policy = policy
+        self.rollout_device = torch.device(self.placement.rollout_device)
+        self.train_device = torch.device(self.placement.train_device)
+        self.sampling_policy = copy.deepcopy(policy).to(self.rollout_device)
+        self._weight_sync = WeightSync(policy, self.sampling_policy)
+        #: The sampler's phase timer: inference, copy and sync land next to its send and wait.
+        self.timer: PhaseTimer = self.sampler.phases
+        uses_cuda = "cuda" in (self.rollout_device.type, self.train_device.type)
+        self.batch = self._allocate(torch.device(storage_device), pin=uses_cuda)
+        self.episodes: list[Episode] = []
+        self.global_step = 0
+        self._started = False
+        self._returns = np.zeros(self.num_envs, dtype=np.float64)
+        self._lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self._pos = np.zeros(self.num_envs, dtype=np.int64)
+        self._in_flight: set[int] = set()
+
+    # --- construction ----------------------------------------------------------------------------
+
+    def _place(
+        self,
+        policy: nn.Module,
+        device: str | torch.device,
+        minibatch_size: int | None,
+        updates: int,
+        forward: Forward | None,
+    ) -> Placement:
+        if not (isinstance(device, str) and device == "auto"):
+            rollout = str(resolve_device(device))
+            params = state_tensors(policy)
+            train = str(params[0].device) if params else rollout
+            return Placement(rollout, train, reason="given")
+        rows = self.num_envs * self.num_steps
+        workload = Workload(self.num_envs, self.num_steps, minibatch_size or rows, updates)
+        # The workers are already running: looking for CUDA now cannot affect how they started.
+        placement = auto_placement(policy, self._obs_shape, workload, forward=forward)
+        policy.to(placement.train_device)
+        return placement
+
+    def _allocate(self, device: torch.device, *, pin: bool) -> RolloutBatch:
+        T, N = self.num_steps, self.num_envs
+        pin = pin and device.type == CPU  # pinned host memory: DMA copies that may be async
+
+        def empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device, pin_memory=pin)
+
+        probe = self._call_act(torch.zeros((N, *self._obs_shape), device=self.rollout_device))
+        out = {k: empty((T, *v.shape), v.dtype) for k, v in probe.items()}
+        return RolloutBatch(
+            obs=empty((T, N, *self._obs_shape), torch.float32),
+            actions=out.pop("actions"),
+            rewards=empty((T, N), torch.float32),
+            terminated=empty((T, N), torch.bool),
+            truncated=empty((T, N), torch.bool),
+            final_obs=empty((T, N, *self._obs_shape), torch.float32),
+            has_final_obs=empty((T, N), torch.bool),
+            next_obs=empty((N, *self._obs_shape), torch.float32),
+            extras=out,
+        )
+
+    def _call_act(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            out = self._act(self.sampling_policy, obs)
+        result = {"actions": out} if isinstance(out, torch.Tensor) else dict(out)
+        if "actions" not in result or not all(isinstance(v, torch.Tensor) for v in result.values()):
+            raise errors.ConfigError(
+                "act() must return a tensor of actions or a dict of tensors with 'actions', got "
+                f"{ {k: type(v).__name__ for k, v in result.items()} }."
+            )
+        bad = {k: tuple(v.shape) for k, v in result.items() if v.shape[:1] != obs.shape[:1]}
+        if bad:
+            raise errors.ConfigError(
+                f"every output of act() needs one row per observation ({obs.shape[0]}), got "
+                f"shapes {bad}."
+            )
+        return result
+
+    # --- collecting ------------------------------------------------------------------------------
+
+    @property
+    def sync_count(self) -> int:
+        """How many weight syncs ran: one per :meth:`collect`."""
+        return self._weight_sync.count
+
+    def sync(self) -> float:
+        """Copy the training policy's weights into the sampling copy; returns the seconds."""
+        start = time.perf_counter()
+        params = state_tensors(self.policy)
+        if params and params[0].device != self._weight_sync.source_device:
+            self._weight_sync = WeightSync(self.policy, self.sampling_policy)  # policy moved
+        seconds = self._weight_sync()
+        self.timer.add("sync", time.perf_counter() - start)
+        return seconds
+
+    def collect(self) -> RolloutBatch:
+        """Sync the weights once, then step until every env has ``num_steps`` new rows."""
+        self.sync()
+        if not self._started:
+            self._reset()
+        with self.timer.phase("copy"):
+            self.batch.obs[0].copy_(self.batch.next_obs)
+        self._pos[:] = 0
+        ready = list(range(self.sampler.num_workers))
+        while ready or self._in_flight:
+            if ready:
+                self._act_and_send(ready)
+            results = self.sampler.step_recv(self.timeout)
+            ready = [w for w in map(self._record, results) if w is not None]
+        return self.batch
+
+    def _reset(self) -> None:
+        obs, _ = self.sampler.reset(seed=self._seed)
+        with self.timer.phase("copy"):
+            self.batch.next_obs.copy_(torch.from_numpy(np.asarray(obs)))
+        self._started = True
+
+    def _rows(self, workers: list[int]) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
+        """The observations of ``workers``' envs at their positions, as one batch."""
+        spans = []
+        for w in workers:
+            ids = self.sampler.worker_env_ids(w)
+            spans.append((int(self._pos[ids.start]), ids.start, ids.stop))
+        t0 = spans[0][0]
+        if len(workers) == self.sampler.num_workers and all(t == t0 for t, _, _ in spans):
+            return self.batch.obs[t0], spans  # a full batch: the storage row itself, no copy
+        return torch.cat([self.batch.obs[t, lo:hi] for t, lo, hi in spans]), spans
+
+    def _act_and_send(self, workers: list[int]) -> None:
+        obs, spans = self._rows(workers)
+        with self.timer.phase("inference"):
+            out = self._call_act(obs.to(self.rollout_device, non_blocking=obs.is_pinned()))
+            actions = out["actions"].cpu().numpy()
+        with self.timer.phase("copy"):
+            self._store(out, spans)
+            if self._clip:
+                space = self._action_space
+                assert isinstance(space, gym.spaces.Box)
+                actions = np.clip(actions, space.low, space.high)
+        if len(workers) == self.sampler.num_workers:
+            self.sampler.send_all(actions)
+        else:
+            offset = 0
+            for w, (_, lo, hi) in zip(workers, spans, strict=True):
+                self.sampler.step_send(w, actions[offset : offset + hi - lo])
+                offset += hi - lo
+        self._in_flight.update(workers)
+
+    def _store(self, out: dict[str, torch.Tensor], spans: list[tuple[int, int, int]]) -> None:
+        offset = 0
+        for t, lo, hi in spans:
+            for name, value in out.items():
+                store = self.batch.actions if name == "actions" else self.batch.extras[name]
+                store[t, lo:hi].copy_(value[offset : offset + hi - lo])
+            offset += hi - lo
+
+    def _record(self, r: StepResult) -> int | None:
+        """Store one worker's step at its envs' rows; the worker if it needs another action."""
+        lo, hi = r.env_ids.start, r.env_ids.stop
+        t = int(self._pos[lo])
+        with self.timer.phase("copy"):
+            b = self.batch
+            b.rewards[t, lo:hi].copy_(torch.from_numpy(r.rewards))
+            b.terminated[t, lo:hi].copy_(torch.from_numpy(r.terminated))
+            b.truncated[t, lo:hi].copy_(torch.from_numpy(r.truncated))
+            b.has_final_obs[t, lo:hi].copy_(torch.from_numpy(r.has_final_obs))
+            if r.has_final_obs.any():
+                b.final_obs[t, lo:hi].copy_(torch.from_numpy(np.asarray(r.final_obs)))
+            dest = b.obs[t + 1] if t + 1 < self.num_steps else b.next_obs
+            dest[lo:hi].copy_(torch.from_numpy(np.asarray(r.obs)))
+            self._track_episodes(r, lo)
+        self._pos[lo:hi] += 1
+        self._in_flight.discard(r.worker if r.worker is not None else -1)
+        self.global_step += hi - lo
+        self.timer.add_steps(hi - lo)
+        return r.worker if t + 1 < self.num_steps else None
+
+    def _track_episodes(self, r: StepResult, lo: int) -> None:
+        self._returns[lo : lo + len(r.rewards)] += r.rewards
+        self._lengths[lo : lo + len(r.rewards)] += 1
+        for j in np.flatnonzero(r.terminated | r.truncated):
+            env = lo + int(j)
+            ret, length = float(self._returns[env]), int(self._lengths[env])
+            stats = r.infos.get(env, {}).get("episode")
+            if isinstance(stats, Mapping):  # RecordEpisodeStatistics inside the env: raw return
+                ret, length = float(np.asarray(stats["r"])), int(np.asarray(stats["l"]))
+            self.episodes.append(Episode(env, ret, length, self.global_step + int(j) + 1))
+            self._returns[env], self._lengths[env] = 0.0, 0
+
+    def stats(self) -> dict[str, float]:
+        """The sampler's stats, which include this rollout's phases (see ``VecSampler.stats``)."""
+        return self.sampler.stats()
