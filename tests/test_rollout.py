@@ -218,3 +218,15 @@ def test_cuda_sampling_copy_fills_the_same_rows(counting: VecSampler) -> None:
     on_gpu = batch.to("cuda")
     assert on_gpu.obs.device.type == "cuda"
     assert torch.equal(on_gpu.extras["value"].cpu(), batch.extras["value"])
+
+
+def test_replies_in_reverse_worker_order_fill_the_right_rows(counting: VecSampler) -> None:
+    """Regression: a full set of workers arriving as [1, 0] used the env-ordered storage row
+    with spans in arrival order, so worker 0's extras landed in worker 1's rows."""
+    rollout = Rollout(counting, CountingPolicy(), T)
+    rollout.sync()
+    rollout._reset()
+    rollout.batch.obs[0].copy_(rollout.batch.next_obs)
+    rollout._act_and_send([1, 0])
+    np.testing.assert_array_equal(rollout.batch.extras["value"][0].numpy(), [0, 10, 20, 30])
+    counting.step_recv(None)

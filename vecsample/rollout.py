@@ -279,7 +279,11 @@ class Rollout:
         self._started = True
 
     def _rows(self, workers: list[int]) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
-        """The observations of ``workers``' envs at their positions, as one batch."""
+        """The observations of ``workers``' envs at their positions, as one batch.
+
+        ``workers`` must be in env order (``_act_and_send`` sorts them): the spans then follow
+        the rows of the full-batch shortcut below, whatever order the replies arrived in.
+        """
         spans = []
         for w in workers:
             ids = self.sampler.worker_env_ids(w)
@@ -290,6 +294,7 @@ class Rollout:
         return torch.cat([self.batch.obs[t, lo:hi] for t, lo, hi in spans]), spans
 
     def _act_and_send(self, workers: list[int]) -> None:
+        workers = sorted(workers)  # replies arrive in any order; storage rows are in env order
         obs, spans = self._rows(workers)
         with self.timer.phase("inference"):
             out = self._call_act(obs.to(self.rollout_device, non_blocking=obs.is_pinned()))
