@@ -63,3 +63,10 @@ def test_queue_choice_experiment_runs():
                            "--repeats", "1"], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, check=True)
     assert "pipe-bytes" in proc.stdout
+
+
+def test_core_throughput_experiment_runs():
+    proc = subprocess.run([sys.executable, "-m", "experiments.core_throughput", "--num-envs", "4",
+                           "--seconds", "0.1", "--repeats", "1"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, check=True)
+    assert "ratio to one bare loop" in proc.stdout

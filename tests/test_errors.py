@@ -129,6 +129,7 @@ def test_indivisible_env_count_suggests_divisors():
 @pytest.mark.parametrize("kwargs", [
     {"num_workers": 0}, {"num_workers": True}, {"deadline": -1.0}, {"context": "thread"},
     {"autoreset_mode": "sometimes"}, {"seed": -3}, {"seed": 1.5}, {"cpu_affinity": [[0]]},
+    {"spin_us": -1},
 ])
 def test_bad_configuration(kwargs):
     with pytest.raises(errors.ConfigError):

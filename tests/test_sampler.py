@@ -231,3 +231,17 @@ def test_box_actions_reach_the_env(make_sampler):
     s.reset()
     r = s.step(np.full((2, 1), 2.0))  # float64 input is cast to the space's float32
     assert r.obs.shape == (2, 3) and np.all(np.isfinite(r.rewards))
+
+
+def test_spin_before_block_is_automatic_and_configurable(make_sampler):
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    auto = make_sampler(fns(CountingEnv, 2), num_workers=1)
+    assert auto.spin_s == pytest.approx(200e-6)  # one worker always fits the cores
+    crowded = make_sampler(fns(CountingEnv, cores + 1), num_workers=cores + 1)
+    assert crowded.spin_s == 0.0  # more workers than cores: spinning would steal their CPU
+    off = make_sampler(fns(CountingEnv, 2), num_workers=2, spin_us=0)
+    for s in (auto, crowded, off):
+        s.reset()
+        assert s.step(ones(s.num_envs)).obs[0, 1] == 1

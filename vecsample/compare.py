@@ -2,20 +2,29 @@
 
 The sampling loop of the design card: send to every worker, ``step_recv(timeout)``, run the
 policy once on whatever came back, send those workers again. ``timeout=None`` is the full batch;
-a small float is the partial batch. Reports steps/s, workers per recv and policy calls per 1000
-steps, and checks that every step sent was received.
+a small float is the partial batch. Reports steps/s, workers per recv, policy calls per 1000
+steps and where the time went (wait / policy / send / env), and checks that every step sent was
+received. The default is a small preset (CartPole and a straggler env, 2 workers, < 1 minute);
+the options reach the whole experiment of experiments/timeout_comparison.py (docs/timeout.md).
+
+Timeouts of one (env, workers, envs per worker) group share one sampler and are interleaved
+repeat by repeat, so a ratio is measured side by side even on a loaded machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import itertools
 import json
+import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from vecsample.errors import ConfigError
@@ -25,10 +34,13 @@ from vecsample.worker import EnvFn
 
 Policy = Callable[[np.ndarray], np.ndarray]
 
+#: Synthetic env names: SlowEnv with each step-time tail (see vecsample.testing).
+SYNTHETIC_ENVS = {"sleep": "none", "uniform": "uniform", "straggler": "heavy"}
+
 
 @dataclass
 class LoopResult:
-    """What one run of the sampling loop measured."""
+    """What one run of the sampling loop measured (times in seconds, summed over the run)."""
 
     env: str
     timeout: float | None
@@ -44,11 +56,21 @@ class LoopResult:
     env_step_s: float
     steps_sent: int
     steps_received: int
+    recvs: int = 0
+    policy_calls: int = 0
+    send_s: float = 0.0
+    policy: str = ""
+    policy_latency: float = 0.0
+    repeat: int = 0
 
 
 def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, policy: Policy,
                   seed: int = 0, max_steps: int | None = None) -> LoopResult:
-    """Runs the partial/full loop for ``seconds`` (or ``max_steps``), then drains every worker."""
+    """Runs the partial/full loop for ``seconds`` (or ``max_steps``), then drains every worker.
+
+    ``env_step_s`` is summed over workers (time inside ``env.step``); ``wait_s`` is the parent's
+    time in ``step_recv`` and ``policy_s`` its time in ``policy``.
+    """
     obs, _ = sampler.reset(seed=seed)
     b = sampler.envs_per_worker
     first = policy(np.asarray(obs))
@@ -82,64 +104,250 @@ def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, po
         policy_calls_per_1000_steps=1000.0 * calls / received,
         wait_s=after["wait_s"] - before["wait_s"], policy_s=policy_s,
         env_step_s=after["env_step_s"] - before["env_step_s"],
-        steps_sent=sent, steps_received=received,
+        steps_sent=sent, steps_received=received, recvs=recvs, policy_calls=calls,
+        send_s=after["send_s"] - before["send_s"],
     )
 
 
-def random_policy(n_actions: int, seed: int = 0) -> Policy:
-    """Uniform discrete actions: a policy whose cost does not matter."""
+# --- policies ------------------------------------------------------------------------------------
+
+
+def random_policy(action_space: gym.Space[Any] | int, seed: int = 0) -> Policy:
+    """Uniform actions (Discrete or bounded Box): a policy whose cost does not matter."""
     rng = np.random.default_rng(seed)
-    return lambda obs: rng.integers(0, n_actions, size=len(obs))
+    space = gym.spaces.Discrete(action_space) if isinstance(action_space, int) else action_space
+    if isinstance(space, gym.spaces.Discrete):
+        lo, n = int(space.start), int(space.n)
+        return lambda obs: rng.integers(lo, lo + n, size=len(obs))
+    if isinstance(space, gym.spaces.Box) and space.is_bounded():
+        low, high, dtype = space.low, space.high, space.dtype
+        return lambda obs: rng.uniform(low, high, size=(len(obs), *low.shape)).astype(dtype)
+    raise ConfigError(
+        f"the random policy needs a Discrete or bounded Box action space, got {space}")
+
+
+def parse_hidden(spec: str) -> tuple[int, ...]:
+    """``"mlp:64,64"`` -> (64, 64); ``"mlp"`` -> (64, 64)."""
+    _, _, sizes = spec.partition(":")
+    try:
+        hidden = tuple(int(s) for s in sizes.split(",")) if sizes else (64, 64)
+    except ValueError as exc:
+        raise ConfigError(f"a policy is 'random' or 'mlp:H1,H2,...', got {spec!r}") from exc
+    if not hidden or min(hidden) < 1:
+        raise ConfigError(f"hidden sizes must be >= 1, got {spec!r}")
+    return hidden
+
+
+def mlp_policy(observation_space: gym.Space[Any], action_space: gym.Space[Any],
+               hidden: Sequence[int] = (64, 64), seed: int = 0) -> Policy:
+    """A torch MLP (tanh) on the flat observation: its cost grows with batch and width.
+
+    Discrete actions are the argmax of the logits; Box actions are squashed into the bounds.
+    """
+    import torch  # lazily: `import vecsample` stays free of torch
+
+    dims = [gym.spaces.flatdim(observation_space), *hidden]
+    layers: list[torch.nn.Module] = []
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        for a, b in itertools.pairwise(dims):
+            layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
+        layers.append(torch.nn.Linear(dims[-1], _action_dim(action_space)))
+    net = torch.nn.Sequential(*layers).eval()
+    decode = _decoder(action_space)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
+        with torch.inference_mode():
+            return decode(net(x).numpy())
+
+    return act
+
+
+def _action_dim(space: gym.Space[Any]) -> int:
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.Box) and space.is_bounded():
+        return int(np.prod(space.shape))
+    raise ConfigError(f"the MLP policy needs a Discrete or bounded Box action space, got {space}")
+
+
+def _decoder(space: gym.Space[Any]) -> Callable[[np.ndarray], np.ndarray]:
+    if isinstance(space, gym.spaces.Discrete):
+        start = int(space.start)
+        return lambda out: out.argmax(axis=1) + start
+    assert isinstance(space, gym.spaces.Box)
+    low, high = space.low.reshape(-1), space.high.reshape(-1)
+    shape, dtype = space.shape, space.dtype
+    return lambda out: (low + (np.tanh(out) + 1) / 2 * (high - low)).astype(dtype).reshape(
+        len(out), *shape)
+
+
+def with_latency(policy: Policy, latency: float) -> Policy:
+    """Adds a fixed ``latency`` (sleep) to every call: a per-call cost independent of the batch,
+    like the GPU launch and sync of a small network (the seed's case)."""
+    if latency <= 0:
+        return policy
+
+    def slow(obs: np.ndarray) -> np.ndarray:
+        out = policy(obs)
+        time.sleep(latency)
+        return out
+
+    return slow
+
+
+def make_policy(spec: str, observation_space: gym.Space[Any], action_space: gym.Space[Any],
+                latency: float = 0.0, seed: int = 0) -> Policy:
+    """``"random"`` or ``"mlp:H1,H2,..."`` for these spaces, plus a per-call latency."""
+    if spec == "random":
+        base = random_policy(action_space, seed)
+    elif spec.split(":")[0] == "mlp":
+        base = mlp_policy(observation_space, action_space, parse_hidden(spec), seed)
+    else:
+        raise ConfigError(f"a policy is 'random' or 'mlp:H1,H2,...', got {spec!r}")
+    return with_latency(base, latency)
+
+
+# --- the sweep -----------------------------------------------------------------------------------
 
 
 def env_factories(name: str, count: int, step_time: float) -> list[EnvFn]:
-    """CartPole-like gymnasium ids, or ``straggler``: SlowEnv with a heavy-tailed step time."""
-    if name == "straggler":
-        return [functools.partial(SlowEnv, env_index=i, step_time=step_time, tail="heavy")
-                for i in range(count)]
+    """Gymnasium ids, or ``sleep`` / ``uniform`` / ``straggler``: SlowEnv with that tail."""
+    if name in SYNTHETIC_ENVS:
+        return [functools.partial(SlowEnv, env_index=i, step_time=step_time,
+                                  tail=SYNTHETIC_ENVS[name]) for i in range(count)]
     return [EnvMaker(name)] * count
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "straggler"],
-                        help="gymnasium ids (discrete actions) or 'straggler'")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--envs-per-worker", type=int, default=16)
-    parser.add_argument("--timeouts", nargs="+", default=["none", "0.0005"],
-                        help="'none' for full batches, seconds for partial batches")
-    parser.add_argument("--seconds", type=float, default=2.0, help="duration of one measurement")
-    parser.add_argument("--straggler-step-time", type=float, default=2e-4)
-    parser.add_argument("--repeats", type=int, default=3, help="the table shows the median")
-    parser.add_argument("--json", type=str, default=None, help="write all results here")
+@dataclass
+class Grid:
+    """Everything one sweep measures: the product of the list fields, ``repeats`` times."""
+
+    envs: list[str] = field(default_factory=lambda: ["CartPole-v1", "straggler"])
+    workers: list[int] = field(default_factory=lambda: [2])
+    envs_per_worker: list[int] = field(default_factory=lambda: [16])
+    timeouts: list[float | None] = field(default_factory=lambda: [None, 0.0005])
+    policies: list[str] = field(default_factory=lambda: ["mlp:64,64"])
+    policy_latencies: list[float] = field(default_factory=lambda: [0.0])
+    step_time: float = 2e-4
+    seconds: float = 2.0
+    iterations: int | None = None
+    repeats: int = 3
+    seed: int = 0
+    interleave_groups: bool = False
+
+    def groups(self) -> Iterator[tuple[str, int, int]]:
+        for env in self.envs:
+            for workers in self.workers:
+                for per in self.envs_per_worker:
+                    yield env, workers, per
+
+    def runs_per_group(self) -> int:
+        return self.repeats * len(self.policies) * len(self.policy_latencies) * len(self.timeouts)
+
+    def size(self) -> int:
+        return len(list(self.groups())) * self.runs_per_group()
 
 
-def _timeouts(values: Sequence[str]) -> list[float | None]:
+@dataclass
+class _Group:
+    """One open sampler of a sweep, with its policies."""
+
+    env: str
+    sampler: VecSampler
+    policies: dict[tuple[str, float], Policy]
+
+
+def _open_group(grid: Grid, env: str, workers: int, per: int) -> _Group:
+    fns = env_factories(env, workers * per, grid.step_time)
+    sampler = VecSampler(fns, num_workers=workers, infos=False, seed=grid.seed)
+    spaces = sampler.single_observation_space, sampler.single_action_space
     try:
-        return [None if v.lower() == "none" else float(v) for v in values]
-    except ValueError as exc:
-        raise ConfigError(f"--timeouts takes 'none' or seconds, got {list(values)}") from exc
+        policies = {(spec, lat): make_policy(spec, *spaces, lat, grid.seed)
+                    for spec in grid.policies for lat in grid.policy_latencies}
+    except BaseException:
+        sampler.close()
+        raise
+    return _Group(env, sampler, policies)
 
 
-def _measure(args: argparse.Namespace, env: str, timeout: float | None) -> list[LoopResult]:
-    count = args.workers * args.envs_per_worker
-    fns = env_factories(env, count, args.straggler_step_time)
+def _run_repeat(grid: Grid, g: _Group, repeat: int,
+                progress: Callable[[LoopResult], None] | None) -> list[LoopResult]:
+    """Every policy and timeout of one group, once."""
+    n = g.sampler.num_envs
+    max_steps = None if grid.iterations is None else grid.iterations * n
+    seconds = math.inf if grid.iterations is not None else grid.seconds
     out = []
-    with VecSampler(fns, num_workers=args.workers, infos=False) as sampler:
-        n_actions = int(getattr(sampler.single_action_space, "n", 2))
-        for repeat in range(args.repeats):
-            policy = random_policy(n_actions, repeat)
-            result = sampling_loop(sampler, timeout, args.seconds, policy)
-            result.env = env
-            out.append(result)
+    for (spec, lat), policy in g.policies.items():
+        for timeout in grid.timeouts:
+            r = sampling_loop(g.sampler, timeout, seconds, policy, seed=grid.seed + repeat,
+                              max_steps=max_steps)
+            r.env, r.policy, r.policy_latency, r.repeat = g.env, spec, lat, repeat
+            out.append(r)
+            if progress is not None:
+                progress(r)
     return out
 
 
-def _row(results: list[LoopResult]) -> dict[str, Any]:
-    median = results[int(np.argsort([r.steps_per_s for r in results])[len(results) // 2])]
+def measure_group(grid: Grid, env: str, workers: int, per: int,
+                  progress: Callable[[LoopResult], None] | None = None) -> list[LoopResult]:
+    """One sampler for (env, workers, per); policies and timeouts interleaved per repeat."""
+    g = _open_group(grid, env, workers, per)
+    with g.sampler:
+        return [r for repeat in range(grid.repeats) for r in _run_repeat(grid, g, repeat, progress)]
+
+
+def sweep(grid: Grid, progress: Callable[[LoopResult], None] | None = None) -> list[LoopResult]:
+    """Every measurement of ``grid``: group by group, or with ``grid.interleave_groups`` every
+    group's sampler open at once and the groups taking turns each repeat, so that ratios across
+    groups (16 workers against 1) are side by side too."""
+    if not grid.interleave_groups:
+        return [r for g in grid.groups() for r in measure_group(grid, *g, progress=progress)]
+    with contextlib.ExitStack() as stack:
+        groups = []
+        for key in grid.groups():
+            groups.append(_open_group(grid, *key))
+            stack.enter_context(groups[-1].sampler)
+        return [r for repeat in range(grid.repeats) for g in groups
+                for r in _run_repeat(grid, g, repeat, progress)]
+
+
+# --- summary -------------------------------------------------------------------------------------
+
+
+def _key(r: LoopResult) -> tuple[Any, ...]:
+    return (r.env, r.policy, r.policy_latency, r.workers, r.envs_per_worker)
+
+
+def summarize(results: Sequence[LoopResult]) -> list[dict[str, Any]]:
+    """One row per configuration: medians over repeats; ``x full`` is the median of the
+    per-repeat ratio to the full batch of the same repeat (side by side)."""
+    full = {(*_key(r), r.repeat): r.steps_per_s for r in results if r.timeout is None}
+    rows: dict[tuple[Any, ...], list[LoopResult]] = {}
+    for r in results:
+        rows.setdefault((*_key(r), r.timeout), []).append(r)
+    return [_row(rs, full) for rs in rows.values()]
+
+
+def _row(rs: list[LoopResult], full: dict[tuple[Any, ...], float]) -> dict[str, Any]:
+    r0 = rs[0]
+    ratios = [r.steps_per_s / full[(*_key(r), r.repeat)] for r in rs
+              if (*_key(r), r.repeat) in full]
+    busy = [r.wait_s + r.policy_s + r.send_s for r in rs]
     return {
-        "env": median.env, "timeout": "full" if median.timeout is None else median.timeout,
-        "steps/s": median.steps_per_s, "workers/recv": median.workers_per_recv,
-        "policy calls/1k steps": median.policy_calls_per_1000_steps,
+        "env": r0.env, "policy": r0.policy + (f"+{r0.policy_latency * 1e3:g}ms"
+                                              if r0.policy_latency else ""),
+        "W x n": f"{r0.workers}x{r0.envs_per_worker}",
+        "timeout": "full" if r0.timeout is None else r0.timeout,
+        "steps/s": float(np.median([r.steps_per_s for r in rs])),
+        "x full": float(np.median(ratios)) if ratios else float("nan"),
+        "workers/recv": float(np.median([r.workers_per_recv for r in rs])),
+        "calls/1k": float(np.median([r.policy_calls_per_1000_steps for r in rs])),
+        "wait %": float(np.median([100 * r.wait_s / r.seconds for r in rs])),
+        "policy %": float(np.median([100 * r.policy_s / r.seconds for r in rs])),
+        "other %": float(np.median([100 * (1 - b / r.seconds) for b, r in zip(busy, rs,
+                                                                              strict=True)])),
     }
 
 
@@ -153,17 +361,77 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# --- the command line ----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = Grid()
+    parser.add_argument("--envs", nargs="+", default=d.envs,
+                        help="gymnasium ids, or 'sleep' / 'uniform' / 'straggler' (SlowEnv)")
+    parser.add_argument("--workers", nargs="+", type=int, default=d.workers)
+    parser.add_argument("--envs-per-worker", nargs="+", type=int, default=d.envs_per_worker)
+    parser.add_argument("--timeouts", nargs="+", default=["none", "0.0005"],
+                        help="'none' for full batches, seconds for partial batches")
+    parser.add_argument("--policies", nargs="+", default=d.policies,
+                        help="'random' or 'mlp:H1,H2,...' (a torch MLP of that width)")
+    parser.add_argument("--policy-latency", nargs="+", type=float, default=d.policy_latencies,
+                        help="a fixed per-call cost in seconds (sleep), like a GPU round trip")
+    parser.add_argument("--step-time", type=float, default=d.step_time,
+                        help="median step time of sleep/uniform/straggler envs")
+    parser.add_argument("--seconds", type=float, default=d.seconds,
+                        help="duration of one measurement")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="steps per env of one measurement (replaces --seconds)")
+    parser.add_argument("--repeats", type=int, default=d.repeats, help="the table shows medians")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="threads of the MLP policy in the parent")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--json", type=str, default=None, help="write all results here")
+
+
+def parse_timeouts(values: Sequence[str]) -> list[float | None]:
+    try:
+        return [None if v.lower() == "none" else float(v) for v in values]
+    except ValueError as exc:
+        raise ConfigError(f"--timeouts takes 'none' or seconds, got {list(values)}") from exc
+
+
+def grid_from_args(args: argparse.Namespace) -> Grid:
+    return Grid(envs=list(args.envs), workers=list(args.workers),
+                envs_per_worker=list(args.envs_per_worker),
+                timeouts=parse_timeouts(args.timeouts), policies=list(args.policies),
+                policy_latencies=list(args.policy_latency), step_time=args.step_time,
+                seconds=args.seconds, iterations=args.iterations, repeats=args.repeats,
+                seed=args.seed)
+
+
+def set_torch_threads(threads: int, policies: Sequence[str]) -> None:
+    """One thread by default: the workers need the cores, and a small MLP gains nothing."""
+    if any(p != "random" for p in policies):
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def run_sweep(grid: Grid, show_progress: bool) -> list[LoopResult]:
+    """``sweep`` with a tqdm progress bar on stderr."""
+    from tqdm import tqdm
+
+    with tqdm(total=grid.size(), disable=not show_progress, unit="run") as bar:
+        def tick(r: LoopResult) -> None:
+            bar.set_postfix_str(f"{r.env} {r.workers}x{r.envs_per_worker} timeout={r.timeout}")
+            bar.update()
+
+        return sweep(grid, tick)
+
+
 def run(args: argparse.Namespace) -> int:
-    timeouts = _timeouts(args.timeouts)
-    rows, everything = [], []
-    for env in args.envs:
-        for timeout in timeouts:
-            results = _measure(args, env, timeout)
-            everything += [asdict(r) for r in results]
-            rows.append(_row(results))
-            print(f"measured {env} timeout={timeout}", flush=True)  # noqa: T201 - CLI output
-    print(format_table(rows))  # noqa: T201 - CLI output
+    grid = grid_from_args(args)
+    set_torch_threads(args.torch_threads, grid.policies)
+    results = run_sweep(grid, not args.no_progress)
+    print(format_table(summarize(results)))  # noqa: T201 - CLI output
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(everything, f, indent=2)
+            json.dump([asdict(r) for r in results], f, indent=2)
     return 0

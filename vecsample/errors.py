@@ -134,6 +134,28 @@ class RestartLimitError(WorkerError):
     """A worker failed more often than ``max_restarts`` allows."""
 
 
+# --- the Ray backend (vecsample.ray) ------------------------------------------------------------
+
+
+class ActorsLostError(VecSampleError, RuntimeError):
+    """Every Ray actor of a RaySampler died more often than ``max_restarts`` allows."""
+
+
+# --- meta-RL (issue 5) -------------------------------------------------------------------------
+
+
+class TaskEnvError(ConfigError):
+    """An env used for meta-RL has no ``sample_tasks`` / ``reset_task`` (it is not a task env)."""
+
+
+class EpisodesError(VecSampleError, ValueError):
+    """``BatchEpisodes`` was read before it held what was asked (no steps, no advantages)."""
+
+
+class BaselineFitError(VecSampleError, RuntimeError):
+    """The linear baseline's normal equations stayed singular at every regularisation tried."""
+
+
 # --- device placement --------------------------------------------------------------------------
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import multiprocessing as mp
 import numbers
 import os
 import pickle
+import select
 import threading
 import time
 import weakref
@@ -27,16 +29,20 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample import errors
+from vecsample import errors, signals
 from vecsample.profile import PhaseTimer
 from vecsample.protocol import OK_MESSAGE, STEP_MESSAGE, AutoresetMode, Command, Reply, WorkerState
-from vecsample.seeding import SeedArg, check_seed, env_seeds, resolve_seeds
+from vecsample.seeding import SeedArg, check_seed, env_seeds, resolve_seeds, restart_seed
 from vecsample.shm import STAT_FIELDS, SharedBuffers, Views
 from vecsample.spaces import check_action_leaf, copy_tree, flatten, leaves
 from vecsample.worker import EnvFn, ErrorReport, WorkerSpec, worker_main
 
 #: Default whole-call deadline (seconds): no call blocks longer, even if a worker hangs.
 DEFAULT_DEADLINE = 300.0
+#: How long the parent and the workers poll before blocking on a pipe, when every worker can
+#: have a core of its own (µs). It skips scheduler wake-ups (docs/benchmarks.md: +15% on
+#: CartPole 2x64 here); with more workers than cores, spinning would steal their CPU.
+AUTO_SPIN_US = 200.0
 #: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline.
 STARTUP_DEADLINE = 120.0
 #: forkserver: safe with threads in the parent (torch, CUDA), starts workers from a small clean
@@ -98,6 +104,9 @@ class VecSampler:
         check_actions: bool = True,
         observation_space: gym.Space[Any] | None = None,
         action_space: gym.Space[Any] | None = None,
+        restart: bool = False,
+        max_restarts: int = 3,
+        spin_us: float | None = None,
     ) -> None:
         self._closed = True  # until the workers are up; close() is then a no-op
         fns = _env_fns(env_fns, num_envs, env_kwargs)
@@ -107,7 +116,14 @@ class VecSampler:
         self.autoreset_mode = _check_mode(autoreset_mode)
         self.deadline = _check_deadline(deadline, "deadline")
         self.check_actions = bool(check_actions)
+        self.spin_s = _spin_seconds(spin_us, self.num_workers)
         self._seeds = env_seeds(None if seed is None else check_seed(seed), self.num_envs)
+        self.restart = bool(restart)
+        self.max_restarts = _check_max_restarts(max_restarts)
+        #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
+        self.restart_log: list[tuple[int, str]] = []
+        self._streams = list(self._seeds)  # each env's own seed stream, for re-seeding restarts
+        self._flagged = [False] * self.num_workers  # restarted flags to clear on the next send
         self._ctx = _context(context)
         self.context = context
         obs_space, act_space = _probe_spaces(fns[0], observation_space, action_space)
@@ -119,13 +135,16 @@ class VecSampler:
         self._views = [self._buffers.views(*self._bounds(w)) for w in range(self.num_workers)]
         self._states = [WorkerState.IDLE] * self.num_workers
         self._timers = {"send_s": 0.0, "wait_s": 0.0, "recvs": 0.0, "workers_received": 0.0}
-        affinity = _affinity(cpu_affinity, self.num_workers)
-        self._procs, self._conns = self._start(fns, infos, threads_per_worker, affinity)
+        #: Parent-side phases charged by vecsample.rollout (inference, copy, sync); see stats().
+        self.phases = PhaseTimer()
+        self._fns, self._infos, self._threads = fns, infos, threads_per_worker
+        self._affinity = _affinity(cpu_affinity, self.num_workers)
+        self._procs, self._conns = self._start()
+        # The finalizer holds these two lists themselves: a restart replaces entries in place.
         self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, 1.0)
         self._closed = False
         self._await_ready()
-        #: Parent-side phases charged by vecsample.rollout (inference, copy, sync); see stats().
-        self.phases = PhaseTimer()
+        signals.register(self)
 
     # --- construction --------------------------------------------------------------------------
 
@@ -137,46 +156,50 @@ class VecSampler:
         """The global env ids stepped by ``worker`` (a contiguous block)."""
         return range(*self._bounds(self._check_index(worker)))
 
-    def _start(
-        self,
-        fns: list[EnvFn],
-        infos: bool,
-        threads: int | None,
-        affinity: list[list[int] | None],
-    ) -> tuple[list[Any], list[Connection]]:
+    def _start(self) -> tuple[list[Any], list[Connection]]:
         procs: list[Any] = []
         conns: list[Connection] = []
         for w in range(self.num_workers):
-            lo, hi = self._bounds(w)
-            parent_end, child_end = self._ctx.Pipe(duplex=True)
-            spec = WorkerSpec(
-                index=w,
-                env_fns=fns[lo:hi],
-                env_offset=lo,
-                buffers=self._buffers,
-                autoreset_mode=self.autoreset_mode,
-                infos=infos,
-                threads=threads,
-                cpu_affinity=affinity[w],
-                parent_pid=os.getpid(),
-                inherited_conns=[*conns, parent_end] if self.context == "fork" else [],
-            )
-            # daemon=True: if the parent exits normally without close(), multiprocessing
-            # terminates the workers instead of waiting on them forever at interpreter exit.
-            proc = self._ctx.Process(
-                target=worker_main, args=(spec, child_end), daemon=True,
-                name=f"vecsample-worker-{w}",
-            )
-            conns.append(parent_end)
-            procs.append(proc)
             try:
-                proc.start()
-            except Exception as exc:
-                _shutdown(procs[:-1], conns, 1.0)
-                child_end.close()
-                raise _pickle_error(exc, self.context) from exc
-            child_end.close()  # only the worker holds it now, so its death reads as EOF here
+                proc, conn = self._spawn(w, conns)
+            except errors.EnvFactoryError:
+                _shutdown(procs, conns, 1.0)
+                raise
+            procs.append(proc)
+            conns.append(conn)
         return procs, conns
+
+    def _spawn(self, w: int, others: list[Connection]) -> tuple[Any, Connection]:
+        """Starts worker ``w`` (at construction or as a restart); returns (process, pipe end)."""
+        lo, hi = self._bounds(w)
+        parent_end, child_end = self._ctx.Pipe(duplex=True)
+        spec = WorkerSpec(
+            index=w,
+            env_fns=self._fns[lo:hi],
+            env_offset=lo,
+            buffers=self._buffers,
+            autoreset_mode=self.autoreset_mode,
+            infos=self._infos,
+            threads=self._threads,
+            cpu_affinity=self._affinity[w],
+            parent_pid=os.getpid(),
+            spin_s=self.spin_s,
+            inherited_conns=[*others, parent_end] if self.context == "fork" else [],
+        )
+        # daemon=True: if the parent exits normally without close(), multiprocessing
+        # terminates the workers instead of waiting on them forever at interpreter exit.
+        proc = self._ctx.Process(
+            target=worker_main, args=(spec, child_end), daemon=True,
+            name=f"vecsample-worker-{w}",
+        )
+        try:
+            proc.start()
+        except Exception as exc:
+            parent_end.close()
+            raise _pickle_error(exc, self.context) from exc
+        finally:
+            child_end.close()  # only the worker holds it now, so its death reads as EOF here
+        return proc, parent_end
 
     def _await_ready(self) -> None:
         try:
@@ -208,6 +231,8 @@ class VecSampler:
         self._timers["send_s"] += time.perf_counter() - start
 
     def _send_step(self, w: int) -> None:
+        if self._flagged[w]:  # a restart's flags last until the worker's next step
+            self._clear_restart_flags(w)
         try:
             self._conns[w].send_bytes(STEP_MESSAGE)
         except OSError as exc:
@@ -235,7 +260,7 @@ class VecSampler:
         window = _check_deadline(timeout, "timeout")
         limit = self.deadline if deadline is None else _check_deadline(deadline, "deadline")
         start = time.perf_counter()
-        results = self._collect(pending, window, limit, copy)
+        results = self._collect_or_restart(pending, window, limit, copy)
         self._timers["wait_s"] += time.perf_counter() - start
         self._timers["recvs"] += 1
         self._timers["workers_received"] += len(results)
@@ -274,8 +299,9 @@ class VecSampler:
         window_end: float | None = None
         while waiting:
             until = _earliest(deadline_at, window_end)
-            ready = wait([*waiting, *(self._procs[w].sentinel for w in waiting.values())],
-                         None if until is None else max(0.0, until - time.monotonic()))
+            ready = _wait([*waiting, *(self._procs[w].sentinel for w in waiting.values())],
+                          None if until is None else max(0.0, until - time.monotonic()),
+                          self.spin_s)
             if not ready:
                 if window_end is not None and time.monotonic() >= window_end:
                     break
@@ -295,11 +321,15 @@ class VecSampler:
         copy: bool,
     ) -> None:
         # Data before death: a worker that replied and then died still delivers its reply.
-        for w in sorted({waiting[c] for c in ready if c in waiting} | self._dead_in(ready)):
+        replied = {waiting[c] for c in ready if c in waiting}
+        dead = self._dead_in(ready) if len(replied) < len(ready) else set()
+        for w in sorted(replied | dead):
             conn = self._conns[w]
-            if w not in waiting.values():
+            if conn not in waiting:
                 continue
-            if not conn.poll():
+            # Only a worker seen solely through its sentinel needs the extra poll: a readable
+            # pipe holds either its reply or EOF, which _read_step reports as a death.
+            if w not in replied and not conn.poll():
                 self._states[w] = WorkerState.DEAD
                 raise self._died(w, "STEP", results)
             del waiting[conn]
@@ -323,7 +353,7 @@ class VecSampler:
                 raise _worker_error(w, payload, results)
             records = payload
         self._states[w] = WorkerState.IDLE
-        result = self._result(w, self._views[w], self.worker_env_ids(w), copy)
+        result = self._result(w, self._views[w], range(*self._bounds(w)), copy)
         self._add_infos(result, records)
         return result
 
@@ -349,6 +379,93 @@ class VecSampler:
                 result.infos[offset + j] = info
             if reset_info is not None:
                 result.reset_infos[offset + j] = reset_info
+
+    # --- restart (docs/reliability.md) -----------------------------------------------------------
+
+    def _collect_or_restart(
+        self, pending: list[int], window: float | None, limit: float | None, copy: bool
+    ) -> list[StepResult]:
+        """``_collect``, but with ``restart`` on a worker that died, raised or hung is respawned
+        and returned as a result whose envs are flagged restarted and truncated."""
+        if not self.restart:
+            return self._collect(pending, window, limit, copy)
+        results: list[StepResult] = []
+        deadline_at = None if limit is None else time.monotonic() + limit
+        while pending:
+            remaining = None if deadline_at is None else max(0.0, deadline_at - time.monotonic())
+            try:
+                return results + self._collect(pending, window, remaining, copy)
+            except errors.DeadlineExceededError as exc:
+                results += exc.results
+                for w in exc.hung_workers:
+                    results.append(self._restart(w, "hung past the deadline", exc, results, copy))
+                return results
+            except errors.WorkerError as exc:
+                results += exc.results
+                results.append(self._restart(exc.worker, _reason(exc), exc, results, copy))
+            if window is not None:  # a partial batch: the restarted worker is enough
+                return results
+            pending = [w for w in pending if self._states[w] is WorkerState.STEPPING]
+        return results
+
+    def _restart(
+        self, w: int, reason: str, cause: BaseException, results: list[Any], copy: bool
+    ) -> StepResult:
+        """Respawns worker ``w`` in place and returns its flagged result; the others' rows are
+        never touched. Raises RestartLimitError past ``max_restarts``."""
+        if len(self.restart_log) >= self.max_restarts:
+            self._states[w] = WorkerState.FAILED
+            raise errors.RestartLimitError(
+                f"worker {w} {reason}, and the sampler already restarted workers "
+                f"{len(self.restart_log)} times (max_restarts={self.max_restarts}); fix the env "
+                f"or raise max_restarts. Earlier restarts: {self.restart_log}.",
+                worker=w, env=getattr(cause, "env", None), command="STEP",
+                remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
+            ) from cause
+        self.restart_log.append((w, reason))
+        reset_infos = self._respawn(w)
+        result = self._result(w, self._views[w], self.worker_env_ids(w), copy)
+        lo = self._bounds(w)[0]
+        for j, info in reset_infos:
+            result.reset_infos[lo + j] = info
+            result.infos[lo + j] = {"restart_reason": reason}
+        return result
+
+    def _respawn(self, w: int) -> list[tuple[int, dict[str, Any]]]:
+        """Kills what is left of worker ``w``, starts a fresh one on a fresh pipe (so no stale
+        reply can ever be read), re-seeds its envs and flags their rows."""
+        _shutdown([self._procs[w]], [self._conns[w]], 0.0)
+        others = [c for i, c in enumerate(self._conns) if i != w]
+        self._procs[w], self._conns[w] = self._spawn(w, others)
+        self._states[w] = WorkerState.BUSY
+        limit = None if self.deadline is None else max(self.deadline, STARTUP_DEADLINE)
+        self._gather([w], "BUILD", limit)
+        lo, hi = self._bounds(w)
+        restarts = sum(1 for worker, _ in self.restart_log if worker == w)
+        seeds = [restart_seed(stream, restarts) for stream in self._streams[lo:hi]]
+        self._conns[w].send_bytes(_dumps(Command.RESET, (seeds, None, None)))
+        self._states[w] = WorkerState.BUSY
+        _, reply = self._gather([w], "RESET", self.deadline)[w]
+        v = self._views[w]
+        v.rewards[:] = 0.0
+        v.terminated[:] = False
+        v.has_final_obs[:] = False
+        v.truncated[:] = True
+        v.restarted[:] = True
+        self._flagged[w] = True
+        return list(reply)
+
+    def _clear_restart_flags(self, w: int) -> None:
+        self._views[w].restarted[:] = False
+        self._flagged[w] = False
+
+    def _heal(self, w: int) -> None:
+        """With ``restart`` on, a worker left failed or dead by a synchronous call is respawned
+        before its next use (its envs flagged like any restart)."""
+        cause = errors.WorkerError(f"worker {w} was {self._states[w].value}", worker=w,
+                                   env=None, command="HEAL")
+        self._restart(w, f"was {self._states[w].value} after a synchronous call", cause, [], False)
+        self._states[w] = WorkerState.IDLE
 
     # --- synchronous commands --------------------------------------------------------------------
 
@@ -386,6 +503,7 @@ class VecSampler:
             return seeds
         seeds = resolve_seeds(seed, self.num_envs)
         self._seeds = [None] * self.num_envs
+        self._streams = list(seeds)
         return seeds
 
     def reset_task(self, tasks: Sequence[Any]) -> None:
@@ -438,6 +556,7 @@ class VecSampler:
         self, workers: Sequence[int], command: str, limit: float | None
     ) -> dict[int, tuple[Reply, Any]]:
         replies: dict[int, tuple[Reply, Any]] = {}
+        failures: list[errors.WorkerError] = []
         waiting = {self._conns[w]: w for w in workers}
         deadline_at = None if limit is None else time.monotonic() + limit
         while waiting:
@@ -445,11 +564,20 @@ class VecSampler:
             ready = wait([*waiting, *(self._procs[w].sentinel for w in waiting.values())],
                          remaining)
             if not ready:
+                # A late reply must never be read as the answer to a later call: the silent
+                # workers are marked failed (restart respawns them on a fresh pipe).
+                for w in waiting.values():
+                    self._states[w] = WorkerState.FAILED
                 raise self._hung(sorted(waiting.values()), [])
             for w in sorted({waiting[c] for c in ready if c in waiting} | self._dead_in(ready)):
                 if w in waiting.values():
-                    replies[w] = self._read_reply(w, command)
                     del waiting[self._conns[w]]
+                    try:
+                        replies[w] = self._read_reply(w, command)
+                    except errors.WorkerError as exc:
+                        failures.append(exc)  # read the others' replies first: none goes stale
+        if failures:
+            raise failures[0]
         return replies
 
     def _read_reply(self, w: int, command: str) -> tuple[Reply, Any]:
@@ -491,6 +619,9 @@ class VecSampler:
     def _expect_idle(self, w: int, call: str) -> None:
         state = self._states[w]
         if state is WorkerState.IDLE:
+            return
+        if self.restart and state in (WorkerState.FAILED, WorkerState.DEAD):
+            self._heal(w)
             return
         if state is WorkerState.STEPPING:
             raise errors.WorkerBusyError(
@@ -561,6 +692,7 @@ class VecSampler:
         self._closed = True
         self._states = [WorkerState.CLOSED] * self.num_workers
         self._finalizer.detach()
+        signals.unregister(self)
         _shutdown(self._procs, self._conns, timeout)
 
     def __enter__(self) -> VecSampler:
@@ -631,6 +763,22 @@ def _env_fns(
     if num_envs is not None and num_envs != len(fns):
         raise errors.ConfigError(f"num_envs={num_envs} but {len(fns)} env_fns were given.")
     return fns
+
+
+def _check_max_restarts(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
+        raise errors.ConfigError(
+            f"max_restarts must be an int >= 0 (restarts allowed over the sampler's life), "
+            f"got {value!r}."
+        )
+    return int(value)
+
+
+def _reason(exc: errors.WorkerError) -> str:
+    if isinstance(exc, errors.WorkerDiedError):
+        return f"died with exit code {exc.exitcode}"
+    lines = exc.remote_traceback.strip().splitlines()
+    return f"raised in env {exc.env}: {lines[-1] if lines else exc}"
 
 
 def _divisors(n: int) -> list[int]:
@@ -752,6 +900,55 @@ def _dumps(command: Command, payload: Any) -> bytes:
             f"the arguments of {command.name.lower()}() cannot be pickled to the workers: "
             f"{type(exc).__name__}: {exc}. Pass plain data (numbers, arrays, dicts)."
         ) from exc
+
+
+def _wait(objects: list[Any], timeout: float | None, spin: float = 0.0) -> list[Any]:
+    """``multiprocessing.connection.wait`` for pipes and sentinels, at a quarter of the cost.
+
+    ``wait`` builds a ``selectors`` object and registers every handle through it on each call:
+    ~12 µs for two workers (two pipes, two sentinels), on the step's critical path while every
+    worker is idle. A bare ``select.poll`` does the same in ~3 µs (timeit, docs/benchmarks.md),
+    with the same millisecond rounding of the timeout and the same rule that any event (data,
+    hang-up, error) makes a handle ready.
+    """
+    if not hasattr(select, "poll"):  # Windows
+        return wait(objects, timeout)
+    poller = select.poll()
+    by_fd: dict[int, Any] = {}
+    for obj in objects:
+        fd = obj if isinstance(obj, int) else obj.fileno()
+        by_fd[fd] = obj
+        poller.register(fd, select.POLLIN)
+    events = _spin_poll(poller, spin, timeout)
+    if events is None:
+        remaining = None if timeout is None else max(0.0, timeout - spin)
+        events = poller.poll(None if remaining is None else math.ceil(remaining * 1e3))
+    return [by_fd[fd] for fd, _ in events]
+
+
+def _spin_poll(poller: Any, spin: float, timeout: float | None) -> list[Any] | None:
+    """Polls without blocking for up to ``spin`` seconds (yielding the core between polls).
+
+    A parent that stays runnable for a moment is not woken through the scheduler when the
+    worker answers; that wake-up costs tens of µs on a VM. None: nothing came, block now.
+    """
+    if spin <= 0 or timeout == 0:
+        return None
+    end = time.perf_counter() + (spin if timeout is None else min(spin, timeout))
+    while time.perf_counter() < end:
+        events: list[Any] = poller.poll(0)
+        if events:
+            return events
+        os.sched_yield()
+    return None
+
+
+def _spin_seconds(spin_us: float | None, num_workers: int) -> float:
+    if spin_us is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        return AUTO_SPIN_US * 1e-6 if num_workers <= cores else 0.0
+    value = _check_deadline(spin_us, "spin_us")
+    return 0.0 if value is None else value * 1e-6
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

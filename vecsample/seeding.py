@@ -44,3 +44,15 @@ def resolve_seeds(seed: SeedArg, num_envs: int) -> list[int | None]:
             f"a list of seeds must have one entry per env: expected {num_envs}, got {len(seeds)}."
         )
     return [None if s is None else check_seed(s, f"seed[{i}]") for i, s in enumerate(seeds)]
+
+
+def restart_seed(env_seed: int | None, restart: int) -> int | None:
+    """The seed of an env's re-made copy after its worker's ``restart``-th restart (1, 2, ...).
+
+    It is child ``restart`` of the env's own stream, ``SeedSequence(env_seed)``: reproducible,
+    independent of the env's first episode, and of every other env's stream.
+    """
+    if env_seed is None:
+        return None
+    child = np.random.SeedSequence(env_seed, spawn_key=(restart,))
+    return int(child.generate_state(1, dtype=np.uint64)[0])

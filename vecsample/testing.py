@@ -103,6 +103,20 @@ class SlowEnv(CountingEnv):
         return super().step(action)
 
 
+class StragglerEnv(SlowEnv):
+    """The straggler env: a SlowEnv with the heavy tail by default.
+
+    A step sleeps ``step_time * (Pareto(1.5) + 0.5)``: the median is about 1.09 * ``step_time``,
+    the mean 2.5 * ``step_time``, and one step in 100 takes 20 times the median or more. Partial
+    batches pay here (docs/timeout.md).
+    """
+
+    def __init__(self, env_index: int = 0, step_time: float = 0.001, tail: str = "heavy",
+                 spread: float = 0.5, length: int = 1_000_000, seed: int = 0) -> None:
+        super().__init__(env_index=env_index, step_time=step_time, tail=tail, spread=spread,
+                         length=length, seed=seed)
+
+
 class RaisingEnv(CountingEnv):
     """Raises ``RuntimeError`` in ``step`` at step ``at_step``, or in ``reset``.
 
@@ -205,3 +219,36 @@ class SpaceEnv(gym.Env[Any, Any]):
         flat = np.asarray(spaces.flatten(self.action_space, action), dtype=np.float64)
         reward = float(np.sum(flat * np.arange(1, flat.size + 1)))
         return self._sample(), reward, self.t >= self.length, False, {}
+
+
+class FixedActionPolicy:
+    """A fake policy (for ``vecsample.ray``): every env gets action ``weights``; extras carry
+    the weights seen, so a test can tell which weights sampled which step."""
+
+    def __init__(self, action: int = 0) -> None:
+        self.action = action
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        actions = np.full(len(obs), self.action, dtype=np.int64)
+        return actions, {"weights_seen": actions.copy()}
+
+    def set_weights(self, weights: Any) -> None:
+        self.action = int(weights)
+
+
+class CloseRecordingEnv(SlowEnv):
+    """A SlowEnv that appends ``"<env_index> <pid>\\n"`` to the file ``marker`` when closed.
+
+    Tells a clean shutdown (the worker got CLOSE and closed its envs) from a kill, which leaves
+    no line.
+    """
+
+    def __init__(self, env_index: int = 0, marker: str = "", step_time: float = 0.001) -> None:
+        super().__init__(env_index=env_index, step_time=step_time)
+        self.marker = marker
+
+    def close(self) -> None:
+        if self.marker:
+            with open(self.marker, "a") as f:
+                f.write(f"{self.env_index} {os.getpid()}\n")
+        super().close()

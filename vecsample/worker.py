@@ -51,6 +51,8 @@ class WorkerSpec:
     # Under fork the child inherits the parent's ends of the other workers' pipes; it closes
     # them so a worker sees EOF as soon as the parent is gone.
     inherited_conns: list[Connection] = field(default_factory=list)
+    #: Seconds to poll for the next command before blocking on the pipe (see _spin).
+    spin_s: float = 0.0
 
 
 @dataclass
@@ -82,6 +84,9 @@ def _prepare_process(spec: WorkerSpec) -> None:
     # SIGINT goes to the whole foreground process group on Ctrl-C; the parent owns shutdown, so
     # workers ignore it instead of dying mid-step with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Under fork a worker inherits the parent's SIGTERM handler, which closes the parent's
+    # samplers; a worker must instead just die when terminated (close() relies on that).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _exit_with_parent(spec.parent_pid)
     if spec.threads is not None:
         _limit_threads(spec.threads)
@@ -165,7 +170,8 @@ class _Worker:
     def _writers(self) -> tuple[Callable[[int, Any], None], Callable[[int, Any], None]]:
         space = self.spec.buffers.observation_space
         obs, fin = self.views.obs_leaves, self.views.final_obs_leaves
-        if len(obs) == 1:  # the common case: one Box, written with one numpy row assignment
+        # The common case: one bare leaf (not a Dict/Tuple of one), one numpy row assignment.
+        if len(obs) == 1 and not self.spec.buffers.obs_leaves[0].path:
 
             def write(j: int, value: Any) -> None:
                 obs[0][j] = value
@@ -214,8 +220,19 @@ class _Worker:
                     f"{buffers.action_space} (the first env's); all envs must match."
                 )
 
+    def _spin(self) -> None:
+        # Spin-then-block: polling for a moment keeps this vCPU awake and hot, so the parent's
+        # next command finds us running instead of paying a wake-up (an IPI on a VM) and cold
+        # caches. sched_yield hands the core to the parent if it is runnable here.
+        end = time.perf_counter() + self.spec.spin_s
+        poll = self.conn.poll
+        while time.perf_counter() < end and not poll():
+            os.sched_yield()
+
     def serve(self) -> None:
         while True:
+            if self.spec.spin_s > 0:
+                self._spin()
             try:
                 message = self.conn.recv_bytes()
             except (EOFError, OSError):
@@ -276,7 +293,7 @@ class _Worker:
 
     def _actions(self) -> Sequence[Any]:
         views = self.views.action_leaves
-        if len(views) == 1:
+        if len(views) == 1 and not self.spec.buffers.action_leaves[0].path:
             return views[0]  # type: ignore[return-value]  # rows (or scalars) straight from shm
         from vecsample.spaces import unflatten
 
@@ -310,16 +327,16 @@ class _Worker:
             self._write(j, obs, 0.0, False, False)
             records.append((j, {}, reset_info))
             return
-        obs, reward, terminated, truncated, info = self.envs[j].step(action)
-        self.ended[j] = terminated or truncated
-        self._write(j, obs, reward, terminated, truncated)
-        if info:
-            records.append((j, info, None))
+        self._step_and_mark_end(j, action, records)
 
     def _step_disabled(self, j: int, action: Any, records: list[InfoRecord]) -> None:
         if self.ended[j]:
             self.views.rewards[j] = 0.0  # frozen until reset(mask=...) names it
             return
+        self._step_and_mark_end(j, action, records)
+
+    def _step_and_mark_end(self, j: int, action: Any, records: list[InfoRecord]) -> None:
+        """A plain step that remembers whether the episode ended (NEXT_STEP and DISABLED)."""
         obs, reward, terminated, truncated, info = self.envs[j].step(action)
         self.ended[j] = terminated or truncated
         self._write(j, obs, reward, terminated, truncated)

@@ -1,0 +1,147 @@
+# docs: docs/reliability.md#soak (R7). Run: python experiments/soak.py --steps 10000000
+"""Soak test: many CartPole steps through VecSampler with mixed recv timeouts.
+
+Each round picks a timeout from ``--timeouts`` (None = full batch, a float = partial batch),
+receives whichever workers are done, and sends those workers new random actions at once. The
+parent counts every env step it received; the workers count every env step they did (in
+shared memory, ``stats()["env_steps"]``). The two must match exactly: a lost, duplicated or
+stale reply would make them differ. Parent and worker RSS are sampled over time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import psutil
+
+from vecsample import VecSampler
+
+
+@dataclass
+class Args:
+    steps: int = 10_000_000
+    """env steps to run (counted on the parent side)"""
+    env_id: str = "CartPole-v1"
+    """gymnasium env id"""
+    num_envs: int = 32
+    """envs in all"""
+    num_workers: int = 2
+    """worker processes"""
+    timeouts: list[float | None] = field(default_factory=lambda: [None, 0.0, 0.0002, 0.002])
+    """recv timeouts cycled through, one per recv (None = full batch)"""
+    seed: int = 0
+    """sampler seed (per-env SeedSequence children) and action RNG seed"""
+    report_every: float = 10.0
+    """seconds between RSS samples"""
+    context: str = "forkserver"
+    """multiprocessing start method"""
+    out: str = ""
+    """write the result as JSON to this path"""
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    defaults = Args()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=defaults.steps)
+    p.add_argument("--env-id", default=defaults.env_id)
+    p.add_argument("--num-envs", type=int, default=defaults.num_envs)
+    p.add_argument("--num-workers", type=int, default=defaults.num_workers)
+    p.add_argument("--timeouts", default=",".join(str(t) for t in defaults.timeouts),
+                   help="comma-separated, 'None' for a full batch")
+    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--report-every", type=float, default=defaults.report_every)
+    p.add_argument("--context", default=defaults.context)
+    p.add_argument("--out", default=defaults.out)
+    ns = p.parse_args(argv)
+    timeouts = [None if t.strip() == "None" else float(t) for t in ns.timeouts.split(",")]
+    return Args(ns.steps, ns.env_id, ns.num_envs, ns.num_workers, timeouts, ns.seed,
+                ns.report_every, ns.context, ns.out)
+
+
+def rss_mib(procs: list[psutil.Process]) -> float:
+    return sum(p.memory_info().rss for p in procs) / 2**20
+
+
+def soak(args: Args) -> dict[str, Any]:
+    rng = np.random.default_rng(args.seed)
+    me = psutil.Process()
+    with VecSampler(args.env_id, num_envs=args.num_envs, num_workers=args.num_workers,
+                    seed=args.seed, context=args.context) as s:
+        workers = [psutil.Process(p.pid) for p in s._procs]
+        per = s.envs_per_worker
+        s.reset()
+        received = recvs = 0
+        per_worker = np.zeros(s.num_workers, dtype=np.int64)
+        samples: list[dict[str, float]] = []
+        start = last = time.monotonic()
+        samples.append({"t_s": 0.0, "steps": 0, "parent_rss_mib": rss_mib([me]),
+                        "workers_rss_mib": rss_mib(workers)})
+        for w in range(s.num_workers):
+            s.step_send(w, rng.integers(0, 2, size=per))
+        in_flight = s.num_workers
+        while in_flight:
+            timeout = args.timeouts[recvs % len(args.timeouts)]
+            results = s.step_recv(timeout)
+            recvs += 1
+            for r in results:
+                assert r.worker is not None
+                received += len(r.env_ids)
+                per_worker[r.worker] += len(r.env_ids)
+                in_flight -= 1
+                if received < args.steps:
+                    s.step_send(r.worker, rng.integers(0, 2, size=per))
+                    in_flight += 1
+            now = time.monotonic()
+            if now - last >= args.report_every:
+                last = now
+                samples.append({"t_s": now - start, "steps": received,
+                                "parent_rss_mib": rss_mib([me]),
+                                "workers_rss_mib": rss_mib(workers)})
+                print(f"{now - start:8.1f}s {received:>11,d} steps  parent RSS "
+                      f"{samples[-1]['parent_rss_mib']:.1f} MiB  workers RSS "
+                      f"{samples[-1]['workers_rss_mib']:.1f} MiB", flush=True)
+        elapsed = time.monotonic() - start
+        samples.append({"t_s": elapsed, "steps": received, "parent_rss_mib": rss_mib([me]),
+                        "workers_rss_mib": rss_mib(workers)})
+        worker_steps = s._buffers.stats()[:, 1].astype(np.int64)
+        return {
+            "args": asdict(args),
+            "parent_steps": int(received),
+            "worker_steps": int(worker_steps.sum()),
+            "parent_steps_per_worker": per_worker.tolist(),
+            "worker_steps_per_worker": worker_steps.tolist(),
+            "recvs": recvs,
+            "elapsed_s": elapsed,
+            "steps_per_s": received / elapsed,
+            "rss": samples,
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = soak(args)
+    first, last = result["rss"][1 if len(result["rss"]) > 2 else 0], result["rss"][-1]
+    match = (result["parent_steps"] == result["worker_steps"]
+             and result["parent_steps_per_worker"] == result["worker_steps_per_worker"])
+    print(f"steps: parent {result['parent_steps']:,d}, workers {result['worker_steps']:,d} "
+          f"({'match' if match else 'MISMATCH'}); per worker parent "
+          f"{result['parent_steps_per_worker']} workers {result['worker_steps_per_worker']}")
+    print(f"{result['recvs']:,d} recvs in {result['elapsed_s']:.1f}s "
+          f"({result['steps_per_s']:,.0f} steps/s)")
+    print(f"RSS parent {first['parent_rss_mib']:.1f} -> {last['parent_rss_mib']:.1f} MiB, "
+          f"workers {first['workers_rss_mib']:.1f} -> {last['workers_rss_mib']:.1f} MiB "
+          f"(from the first sample after warm-up to the end)")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0 if match else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+# docs: docs/timeout.md (when do partial batches pay?)
+"""Full against partial batches: sweep the recv timeout, envs per worker, workers, env and policy.
+
+The sampling loop of the design card (vecsample.compare.sampling_loop): send to every worker,
+``step_recv(timeout)``, run the policy on what came back, send those workers again. For every
+configuration it reports steps/s, workers per recv, policy calls per 1000 steps and the time in
+wait / policy / other, writes ``results.json`` and PNG plots under ``--out-dir``, and (with
+``--model``) the prediction of vecsample.timeout_model next to each measurement.
+
+    python -m experiments.timeout_comparison --preset p7 --out-dir runs/p7   # from the checkout
+
+Presets: the seed's two setups (``seed-small``: 8 workers x 20 HalfCheetah envs, ``seed-large``:
+8 x 4000, 1000 iterations each; ``--scale`` shrinks envs per worker and iterations for a small
+machine), ``p6`` (sleeping envs, 1 vs 16 workers), ``p7`` (stragglers vs uniform envs) and
+``crossover`` (a fixed per-call policy latency swept against a step-time spread) and
+``n-sweep`` (envs per worker swept at a fixed per-call latency: the seed's sqrt(n) argument).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vecsample import compare
+from vecsample import timeout_model as tm
+
+SEED_TIMEOUTS: list[float | None] = [None, 0.1, 0.01, 0.001, 0.0001]
+
+
+@dataclass
+class Args:
+    preset: str | None = None
+    """one of PRESETS; flags given on the command line override it"""
+    envs: list[str] = field(default_factory=lambda: ["CartPole-v1", "straggler"])
+    """gymnasium ids, or sleep / uniform / straggler (SlowEnv with that step-time tail)"""
+    workers: list[int] = field(default_factory=lambda: [2])
+    """numbers of worker processes"""
+    envs_per_worker: list[int] = field(default_factory=lambda: [16])
+    """envs stepped serially by each worker"""
+    timeouts: list[str] = field(default_factory=lambda: ["none", "0.1", "0.01", "0.001", "0.0001"])
+    """recv timeouts in seconds; 'none' is the full batch"""
+    policies: list[str] = field(default_factory=lambda: ["mlp:64,64"])
+    """'random' or 'mlp:H1,H2,...': a torch MLP, so inference cost scales with the batch"""
+    policy_latency: list[float] = field(default_factory=lambda: [0.0])
+    """a fixed per-call policy cost in seconds (sleep), like a GPU round trip"""
+    step_time: float = 2e-4
+    """median step time of the sleep / uniform / straggler envs, seconds"""
+    seconds: float = 2.0
+    """duration of one measurement (when iterations is not set)"""
+    iterations: int | None = None
+    """steps per env of one measurement (the seed's 'iterations'); replaces seconds"""
+    repeats: int = 3
+    """repeats of each measurement; tables show medians, ratios are per repeat"""
+    scale: float = 1.0
+    """multiplies envs per worker and iterations of a preset (for a small machine)"""
+    interleave_groups: bool = False
+    """open every group's sampler at once and alternate groups each repeat (side by side)"""
+    model: bool = False
+    """also predict each configuration with vecsample.timeout_model"""
+    seed: int = 0
+    torch_threads: int = 1
+    """threads of the MLP policy in the parent: the workers need the cores"""
+    out_dir: str = "runs/timeout"
+    """where results.json and the PNG plots go"""
+    no_progress: bool = False
+    """hide the progress bar"""
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "compare": {"envs": ["CartPole-v1", "straggler"], "workers": [2], "envs_per_worker": [16],
+                "timeouts": ["none", "0.0005"], "seconds": 2.0},
+    "seed-small": {"envs": ["HalfCheetah-v5"], "workers": [8], "envs_per_worker": [20],
+                   "iterations": 1000, "timeouts": ["none", "0.1", "0.01", "0.001", "0.0001"]},
+    "seed-large": {"envs": ["HalfCheetah-v5"], "workers": [8], "envs_per_worker": [4000],
+                   "iterations": 1000, "timeouts": ["none", "0.1", "0.01", "0.001", "0.0001"]},
+    "p6": {"envs": ["sleep"], "workers": [1, 16], "envs_per_worker": [1], "step_time": 0.05,
+           "timeouts": ["none", "0.001"], "policies": ["random"], "seconds": 3.0, "repeats": 5,
+           "interleave_groups": True},
+    "p7": {"envs": ["straggler", "sleep", "CartPole-v1"], "workers": [8], "envs_per_worker": [1],
+           "step_time": 0.002, "timeouts": ["none", "0.0001"], "seconds": 2.0, "repeats": 5,
+           "policy_latency": [0.0, 0.001]},
+    "n-sweep": {"envs": ["uniform"], "workers": [8], "envs_per_worker": [1, 4, 16, 64],
+                "step_time": 0.001, "policy_latency": [0.004], "policies": ["random"],
+                "timeouts": ["none", "0.0001"], "seconds": 3.0, "repeats": 3},
+    "crossover": {"envs": ["uniform"], "workers": [8], "envs_per_worker": [4], "step_time": 0.005,
+                  "policy_latency": [0.0, 0.002, 0.004, 0.008, 0.016, 0.032],
+                  "policies": ["random"], "timeouts": ["none", "0.0001"], "seconds": 2.0,
+                  "repeats": 5},
+}
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """Args defaults, then the preset, then the flags actually given."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for f in dataclasses.fields(Args):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type == "bool":
+            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS)
+        elif f.type.startswith("list["):
+            kind = {"list[int]": int, "list[float]": float}.get(f.type, str)
+            parser.add_argument(flag, nargs="+", type=kind, default=argparse.SUPPRESS)
+        else:
+            kind = {"float": float, "int | None": int, "int": int}.get(f.type, str)
+            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS)
+    given = vars(parser.parse_args(argv))
+    preset = given.get("preset")
+    if preset is not None and preset not in PRESETS:
+        parser.error(f"--preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    return dataclasses.replace(Args(), **{**PRESETS.get(preset or "", {}), **given})
+
+
+def grid_of(args: Args) -> compare.Grid:
+    scale = args.scale
+    return compare.Grid(
+        envs=args.envs, workers=args.workers,
+        envs_per_worker=[max(1, round(n * scale)) for n in args.envs_per_worker],
+        timeouts=compare.parse_timeouts(args.timeouts), policies=args.policies,
+        policy_latencies=args.policy_latency, step_time=args.step_time, seconds=args.seconds,
+        iterations=None if args.iterations is None else max(1, round(args.iterations * scale)),
+        repeats=args.repeats, seed=args.seed, interleave_groups=args.interleave_groups,
+    )
+
+
+# --- the model next to the measurements ----------------------------------------------------------
+
+
+def step_times_of(env: str, step_time: float) -> np.ndarray:
+    if env in compare.SYNTHETIC_ENVS:
+        return tm.sleep_step_times(compare.SYNTHETIC_ENVS[env], step_time)
+    fn = compare.env_factories(env, 1, step_time)[0]
+    e = fn()
+    try:
+        return tm.env_step_times(e)
+    finally:
+        e.close()
+
+
+def predict(grid: compare.Grid, rows: list[dict[str, Any]]) -> None:
+    """Adds 'model steps/s' and 'model x full' to every summary row (in place)."""
+    overheads = {w: tm.calibrate_overhead(w) for w in grid.workers}
+    for env in grid.envs:
+        times = step_times_of(env, grid.step_time)
+        fn = compare.env_factories(env, 1, grid.step_time)[0]
+        probe = fn()
+        obs, _ = probe.reset(seed=0)
+        spaces = probe.observation_space, probe.action_space
+        probe.close()
+        for row in rows:
+            if row["env"] == env:
+                _predict_row(row, times, overheads, spaces, np.asarray(obs))
+
+
+def _predict_row(row: dict[str, Any], times: np.ndarray, overheads: dict[int, float],
+                 spaces: tuple[Any, Any], obs: np.ndarray) -> None:
+    w, n = (int(x) for x in row["W x n"].split("x"))
+    spec, _, lat = row["policy"].partition("+")
+    latency = float(lat.removesuffix("ms")) / 1e3 if lat else 0.0
+    policy = compare.make_policy(spec, *spaces, latency)
+    costs = tm.Costs(times, tm.policy_costs(policy, obs, [m * n for m in range(1, w + 1)]),
+                     overheads[w])
+    timeout = None if row["timeout"] == "full" else float(row["timeout"])
+    part = tm.simulate(costs, w, n, timeout, recvs=max(200, 4000 // n))
+    full = tm.simulate(costs, w, n, None, recvs=max(200, 4000 // n))
+    row["model steps/s"] = part.steps_per_s
+    row["model x full"] = part.steps_per_s / full.steps_per_s
+    row["model workers/recv"] = part.workers_per_recv
+    mean, gap = tm.straggler_gap(times, w, n)
+    row["gap/mean %"], row["gap ms"] = 100 * gap / mean, 1e3 * gap
+
+
+def scaling(results: list[compare.LoopResult]) -> list[dict[str, Any]]:
+    """Steps/s at each worker count over the fewest workers, per repeat, then the median."""
+    by: dict[tuple[Any, ...], dict[int, dict[int, float]]] = {}
+    for r in results:
+        key = (r.env, r.policy, r.policy_latency, r.envs_per_worker, r.timeout)
+        by.setdefault(key, {}).setdefault(r.workers, {})[r.repeat] = r.steps_per_s
+    rows = []
+    for (env, policy, _, per, timeout), counts in by.items():
+        base = counts[min(counts)]
+        for w, reps in sorted(counts.items()):
+            ratios = [reps[k] / base[k] for k in reps if k in base]
+            rows.append({"env": env, "policy": policy, "n": per, "timeout": str(timeout),
+                         "workers": w, "x fewest workers": float(np.median(ratios)),
+                         "min": float(np.min(ratios)), "max": float(np.max(ratios))})
+    return rows
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+def environment() -> dict[str, Any]:
+    import gymnasium
+    import torch
+
+    def cmd(*c: str) -> str:
+        try:
+            return subprocess.run(c, capture_output=True, text=True, check=False).stdout.strip()
+        except OSError:
+            return ""
+
+    model = [ln.split(":", 1)[1].strip() for ln in cmd("lscpu").splitlines()
+             if ln.startswith("Model name")]
+    return {"cpu": model[0] if model else platform.processor(), "cores": os.cpu_count(),
+            "load_avg": os.getloadavg(), "python": platform.python_version(),
+            "numpy": np.__version__, "torch": torch.__version__,
+            "gymnasium": gymnasium.__version__, "commit": cmd("git", "rev-parse", "HEAD"),
+            "command": " ".join(["python -m experiments.timeout_comparison", *sys.argv[1:]])}
+
+
+def plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    """throughput.png (steps/s by timeout, one line per config) and time_split.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    configs: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        configs.setdefault(f"{r['env']} {r['W x n']} {r['policy']}", []).append(r)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, rs in configs.items():
+        labels = [str(r["timeout"]) for r in rs]
+        ax.plot(labels, [r["x full"] for r in rs], marker="o", label=name)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set(xlabel="recv timeout (s); full = wait for all", ylabel="steps/s ÷ full batch",
+           title="Partial against full batches (medians of per-repeat ratios)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "throughput.png", dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    names = [f"{r['env']} {r['W x n']} {r['policy']} {r['timeout']}" for r in rows]
+    bottom = np.zeros(len(rows))
+    for part in ("wait %", "policy %", "other %"):
+        values = np.array([r[part] for r in rows])
+        ax.bar(range(len(rows)), values, bottom=bottom, label=part.removesuffix(" %"))
+        bottom += values
+    ax.set_xticks(range(len(rows)), names, rotation=60, ha="right", fontsize=6)
+    ax.set(ylabel="% of wall time in the parent", title="Where the parent's time went")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "time_split.png", dpi=110)
+    plt.close(fig)
+    return ["throughput.png", "time_split.png"]
+
+
+def plot_crossover(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    """crossover.png: partial ÷ full against the per-call policy latency, measured and model."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+    for r in rows:
+        if r["timeout"] != "full":
+            spec, _, lat = r["policy"].partition("+")
+            ms = float(lat.removesuffix("ms")) if lat else 0.0
+            lines.setdefault(f"{r['env']} {r['W x n']} {spec} timeout={r['timeout']}",
+                             []).append((ms, r))
+    if not lines or max(len(v) for v in lines.values()) < 2:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, points in lines.items():
+        points.sort(key=lambda p: p[0])
+        xs = [p[0] for p in points]
+        ax.plot(xs, [p[1]["x full"] for p in points], marker="o", label=f"{name} measured")
+        if "model x full" in points[0][1]:
+            ax.plot(xs, [p[1]["model x full"] for p in points], ls="--", marker="x",
+                    label=f"{name} model")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set(xlabel="fixed policy latency per call (ms)", ylabel="partial steps/s ÷ full",
+           title="When partial batches pay: step-time spread against per-call cost")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "crossover.png", dpi=110)
+    plt.close(fig)
+    return ["crossover.png"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    grid = grid_of(args)
+    compare.set_torch_threads(args.torch_threads, grid.policies)
+    results = compare.run_sweep(grid, not args.no_progress)
+    rows = compare.summarize(results)
+    if args.model:
+        predict(grid, rows)
+    print(compare.format_table(rows))
+    scale_rows = scaling(results) if len(grid.workers) > 1 else []
+    if scale_rows:
+        print(compare.format_table(scale_rows))
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"environment": environment(), "args": dataclasses.asdict(args),
+              "grid": dataclasses.asdict(grid), "summary": rows, "scaling": scale_rows,
+              "results": [dataclasses.asdict(r) for r in results]}
+    report["plots"] = plot(rows, out) + plot_crossover(rows, out)
+    (out / "results.json").write_text(json.dumps(report, indent=2))
+    print(f"wrote {out / 'results.json'} and {', '.join(report['plots'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""``vecsample bench`` on a tiny budget: it runs, and its JSON and plot have the right shape.
+
+Never a speed: the figures of a run this short on a shared machine mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from vecsample import bench, bench_backends
+from vecsample.errors import ConfigError
+
+TINY = ["--envs", "CartPole-v1", "--num-envs", "4", "--workers", "2", "--cores", "2",
+        "--seconds", "0.05", "--repeats", "2", "--latency-steps", "20", "--no-progress"]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture
+def without_optional(monkeypatch):
+    """SB3 and EnvPool look absent, as in the CI, whether or not they are installed here."""
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        if name in ("stable_baselines3", "envpool"):
+            return None
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(bench_backends.importlib.util, "find_spec", find_spec)
+
+
+def test_tiny_run_writes_json_of_the_right_shape(tmp_path, capsys, without_optional):
+    out = tmp_path / "bench.json"
+    png = tmp_path / "bench.png"
+    assert bench.run(parse([*TINY, "--json", str(out), "--plot", str(png)])) == 0
+    data = json.loads(out.read_text())
+    assert set(data) == {"meta", "results", "latency"}
+    assert {"cpu", "cores", "versions", "commit", "command"} <= set(data["meta"])
+    rows = {r["backend"]: r for r in data["results"]}
+    assert list(rows) == list(bench_backends.BACKENDS)
+    for name in ("bare", "machine", "vecsample", "vecsample_partial", "vector_env", "sync",
+                 "async"):
+        row = rows[name]
+        assert row["skipped"] is None and row["env"] == "CartPole-v1" and row["num_envs"] == 4
+        assert len(row["repeats"]) == 2 and row["steps_per_s"] > 0
+        assert row["vs_machine"] == pytest.approx(row["steps_per_s"] / rows["machine"]
+                                                  ["steps_per_s"])
+    assert rows["bare"]["vs_bare"] == pytest.approx(1.0)
+    assert rows["vecsample"]["layout"] == "2 × 2" and rows["async"]["layout"] == "4 × 1"
+    for name in ("sb3", "envpool"):  # absent: skipped with the reason, never a number
+        assert rows[name]["steps_per_s"] is None and rows[name]["repeats"] == []
+        assert "not installed" in rows[name]["skipped"]
+    lat = data["latency"]
+    assert len(lat["repeats_median_us"]) == 2 and lat["median_us"] > 0
+    assert lat["p10_us"] <= lat["p90_us"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = capsys.readouterr().out
+    assert "SB3 SubprocVecEnv" in table and "not installed" in table and "round trip" in table
+
+
+def test_leaves_no_thread_behind(tmp_path):
+    # A thread left in the parent would make later fork-context samplers warn (and risk).
+    before = threading.active_count()
+    bench.run(parse([*TINY, "--backends", "sync", "--latency-steps", "0"]))
+    bench.run(parse([*TINY[:-1], "--backends", "sync", "--latency-steps", "0"]))  # with a bar
+    assert threading.active_count() == before
+
+
+def test_mlp_policy_and_a_subset_of_backends(tmp_path):
+    out = tmp_path / "bench.json"
+    argv = [*TINY, "--policy", "mlp", "--backends", "bare", "vecsample", "--latency-steps", "0",
+            "--json", str(out)]
+    assert bench.run(parse(argv)) == 0
+    data = json.loads(out.read_text())
+    assert [r["backend"] for r in data["results"]] == ["bare", "vecsample"]
+    assert data["results"][1]["vs_bare"] is not None and data["results"][1]["vs_machine"] is None
+    assert data["latency"] is None
+
+
+def test_env_counts_must_split_over_workers_and_cores():
+    with pytest.raises(ConfigError, match="--num-envs 6 must split evenly over --workers 4"):
+        bench.configs(parse(["--num-envs", "6", "--workers", "4", "--cores", "2"]))
+    default = bench.configs(parse(["--cores", "2"]))
+    assert [(c.env_id, c.num_envs) for c in default] == [
+        ("CartPole-v1", 64), ("CartPole-v1", 128), ("HalfCheetah-v5", 64)]
+
+
+def test_cli_lists_bench():
+    out = subprocess.run([sys.executable, "-m", "vecsample", "bench", "--help"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "--num-envs" in out and "--policy" in out

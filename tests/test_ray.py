@@ -1,0 +1,217 @@
+"""RaySampler on a fake two-node Ray cluster (``ray.cluster_utils.Cluster``), shared by the file.
+
+Ray's start-up costs seconds, so one cluster serves every test here; it is torn down at the end
+of this module so that the other test files see no Ray process. Chunks come from CountingEnv,
+whose observation ``[env, t, episode, last action]`` makes a lost, repeated or misrouted step
+visible, and from FixedActionPolicy, whose action is its weights.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+import ray
+from ray import cloudpickle
+from ray.cluster_utils import Cluster
+
+from vecsample import errors
+from vecsample.ray import Chunk, RaySampler
+from vecsample.testing import CountingEnv, FixedActionPolicy, fns
+
+ENVS = 4
+LENGTH = 5  # CountingEnv episode length
+CHUNK = 8
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A head and a worker node, 2 logical CPUs each (so SPREAD, not a lack of CPUs, is what
+    puts one actor on each node)."""
+    made = Cluster(initialize_head=True,
+                   head_node_args={"num_cpus": 2, "include_dashboard": False})
+    try:
+        made.add_node(num_cpus=2)
+        ray.init(address=made.address)
+        yield made
+    finally:
+        ray.shutdown()
+        made.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_workers() -> Iterator[None]:
+    """Replaces conftest's check, which would flag Ray's own processes: here, no vecsample
+    worker (a multiprocessing child below an actor) may outlive the test's sampler."""
+    yield
+    end = time.monotonic() + 15.0  # ray.kill is asynchronous; the workers follow their actor
+    while (leaked := _vecsample_workers()) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not leaked, f"processes left behind: {[(p.pid, p.cmdline()) for p in leaked]}"
+
+
+def _vecsample_workers() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            mine = proc.ppid() == os.getpid()  # our own forkserver from other tests is fine
+            if not mine and proc.status() != psutil.STATUS_ZOMBIE and \
+                    "multiprocessing" in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+@pytest.fixture
+def make_ray_sampler(cluster: Cluster) -> Iterator[Callable[..., RaySampler]]:
+    """``make_ray_sampler(**kwargs)``: a RaySampler over CountingEnvs, closed at teardown."""
+    made: list[RaySampler] = []
+
+    def make(**kwargs: Any) -> RaySampler:
+        options: dict[str, Any] = {"chunk_length": CHUNK, "seed": 0, "deadline": 60.0}
+        options.update(kwargs)
+        sampler = RaySampler(fns(CountingEnv, ENVS, length=LENGTH), FixedActionPolicy,
+                             **options)
+        made.append(sampler)
+        return sampler
+
+    yield make
+    for sampler in made:
+        sampler.close()
+
+
+def _check_chunk(chunk: Chunk, action: int) -> None:
+    """The chunk is CHUNK consecutive steps of the ENVS CountingEnvs under ``action``."""
+    assert chunk.obs.shape == (CHUNK, ENVS, 4)
+    assert chunk.final_obs.shape == (CHUNK, ENVS, 4)
+    assert chunk.next_obs.shape == (ENVS, 4)
+    for name in ("actions", "rewards", "terminated", "truncated"):
+        assert getattr(chunk, name).shape == (CHUNK, ENVS), name
+    assert chunk.extras["weights_seen"].shape == (CHUNK, ENVS)
+    assert (chunk.actions == action).all() and (chunk.rewards == action).all()
+    np.testing.assert_array_equal(chunk.obs[:, :, 0], np.tile(np.arange(ENVS), (CHUNK, 1)))
+    after = np.concatenate([chunk.obs[1:], chunk.next_obs[None]])
+    done = chunk.terminated
+    np.testing.assert_array_equal(after[:, :, 1][~done], chunk.obs[:, :, 1][~done] + 1)
+    np.testing.assert_array_equal(after[:, :, 1][done], 0)
+    np.testing.assert_array_equal(chunk.final_obs[:, :, 1][done], LENGTH)
+    np.testing.assert_array_equal(after[:, :, 3][~done], action)
+    assert len(chunk.episode_lengths) == done.sum()
+    assert (chunk.episode_lengths <= LENGTH).all()
+
+
+def test_one_actor_per_node_with_right_chunks(make_ray_sampler: Callable[..., RaySampler]) -> None:
+    sampler = make_ray_sampler()
+    nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+    assert sampler.num_actors == len(nodes) == 2
+    assert set(sampler.actor_nodes()) == nodes
+    chunks = sampler.recv()
+    assert sorted(c.actor_id for c in chunks) == [0, 1]
+    assert {c.node_id for c in chunks} == nodes
+    for chunk in chunks:
+        assert chunk.version == 0
+        _check_chunk(chunk, action=0)
+        assert not chunk.obs.flags.writeable  # zero-copy from the object store
+    assert sampler.stats()["env_steps"] == 2 * CHUNK * ENVS
+
+
+def test_partial_recv_keeps_pending_chunks(make_ray_sampler: Callable[..., RaySampler]) -> None:
+    sampler = make_ray_sampler(in_flight=2)
+    received: dict[int, list[Chunk]] = {0: [], 1: []}
+    sizes = []
+    while min(len(v) for v in received.values()) < 4:
+        chunks = sampler.recv(timeout=0.0 if not sizes else 0.01, min_chunks=1)
+        sizes.append(len(chunks))
+        for chunk in chunks:
+            received[chunk.actor_id].append(chunk)
+    total = sum(len(v) for v in received.values())
+    stats = sampler.stats()
+    assert stats["chunks"] == total and stats["chunks_lost"] == 0
+    assert stats["requests"] == total + sampler.pending()  # the rest is still pending
+    for chunks in received.values():
+        for before, after in itertools.pairwise(chunks):  # nothing lost, repeated or reordered
+            np.testing.assert_array_equal(after.obs[0], before.next_obs)
+    more = sampler.recv(timeout=None, min_chunks=3)
+    assert len(more) >= 3
+
+
+def test_weight_version_advances(make_ray_sampler: Callable[..., RaySampler]) -> None:
+    sampler = make_ray_sampler(weights=1)
+    assert sampler.version == 1
+    first = sampler.recv()
+    assert all(c.version == 1 for c in first)
+    for chunk in first:
+        _check_chunk(chunk, action=1)
+    assert sampler.set_weights(3) == 2
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    while min(v[-1] if v else 0 for v in seen.values()) < 2:
+        for chunk in sampler.recv():
+            seen[chunk.actor_id].append(chunk.version)
+            _check_chunk(chunk, action={1: 1, 2: 3}[chunk.version])
+    for versions in seen.values():
+        assert versions == sorted(versions)
+        assert versions.count(1) <= sampler.in_flight  # only requests sent before the update
+
+
+def test_killed_actor_is_restarted_and_reported(
+    make_ray_sampler: Callable[..., RaySampler],
+) -> None:
+    sampler = make_ray_sampler(weights=2, max_restarts=1)
+    sampler.recv()
+    ray.kill(sampler.actor(0), no_restart=False)
+    after_death: list[Chunk] = []
+    end = time.monotonic() + 90.0
+    while not after_death and time.monotonic() < end:
+        after_death = [c for c in sampler.recv(timeout=1.0) if c.actor_id == 0 and
+                       sampler.stats()["actor_deaths"] == 1]
+    stats = sampler.stats()
+    assert stats["actor_deaths"] == 1 and stats["actors_alive"] == 2
+    assert stats["requests"] == stats["chunks"] + stats["chunks_lost"] + sampler.pending()
+    # Its in-flight chunks, and any request sent before Ray saw the death, are lost.
+    assert stats["chunks_lost"] >= 1
+    assert after_death, "actor 0 never delivered after its restart"
+    chunk = after_death[0]
+    assert chunk.version == sampler.version == 1  # the weights were sent again to the new actor
+    _check_chunk(chunk, action=2)
+
+
+def test_closed_sampler_refuses(make_ray_sampler: Callable[..., RaySampler]) -> None:
+    sampler = make_ray_sampler(num_actors=1)
+    sampler.close()
+    sampler.close()
+    with pytest.raises(errors.ClosedError):
+        sampler.recv()
+    with pytest.raises(errors.ClosedError):
+        sampler.set_weights(1)
+
+
+def test_bad_arguments_are_config_errors(cluster: Cluster) -> None:
+    for kwargs in ({"chunk_length": 0}, {"in_flight": 0}, {"max_restarts": -1},
+                   {"num_actors": 0}):
+        with pytest.raises(errors.ConfigError):
+            RaySampler(fns(CountingEnv, 2), FixedActionPolicy, **kwargs)
+
+
+def test_ppo_ray_example_runs_on_a_tiny_budget(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = Path(__file__).resolve().parents[1] / "experiments" / "ppo_ray.py"
+    spec = importlib.util.spec_from_file_location("ppo_ray", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "ppo_ray", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)  # the actors cannot import it by name
+    args = module.Args(total_steps=64, actors=1, envs_per_actor=2, chunk_length=16, epochs=1)
+    curve = module.train(args)
+    assert len(curve) == 2  # 64 steps in chunks of 16 x 2

@@ -1,0 +1,128 @@
+"""experiments/timeout_comparison.py on a tiny budget, the policies, and the loop model.
+
+Behaviour only: fields, counts and orderings that hold on any machine. No speed is claimed here;
+the measured numbers live in docs/timeout.md.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from experiments import timeout_comparison as tc
+from vecsample import compare
+from vecsample import timeout_model as tm
+from vecsample.errors import ConfigError
+from vecsample.testing import StragglerEnv
+
+FIELDS = {"env", "timeout", "workers", "envs_per_worker", "steps", "seconds", "steps_per_s",
+          "workers_per_recv", "policy_calls_per_1000_steps", "wait_s", "policy_s", "env_step_s",
+          "steps_sent", "steps_received", "recvs", "policy_calls", "send_s", "policy", "repeat"}
+
+
+def test_script_writes_json_and_plots_and_counts_add_up(tmp_path):
+    out = tmp_path / "run"
+    argv = ["--envs", "sleep", "straggler", "--workers", "2", "--envs-per-worker", "1", "2",
+            "--timeouts", "none", "0.001", "--policies", "random", "mlp:8", "--seconds", "0.1",
+            "--repeats", "1", "--step-time", "0.0005", "--out-dir", str(out), "--no-progress"]
+    assert tc.main(argv) == 0
+    report = json.loads((out / "results.json").read_text())
+    results = report["results"]
+    assert len(results) == 2 * 2 * 2 * 2  # envs x envs/worker x policies x timeouts
+    for r in results:
+        assert set(r) >= FIELDS
+        assert r["steps_sent"] == r["steps_received"] == r["steps"] > 0
+        assert r["steps"] % r["envs_per_worker"] == 0  # whole workers only
+        assert 1.0 <= r["workers_per_recv"] <= r["workers"]
+        if r["timeout"] is None:  # a full batch returns every worker, every time
+            assert r["workers_per_recv"] == r["workers"]
+    assert {r["policy"] for r in results} == {"random", "mlp:8"}
+    assert len(report["summary"]) == 16
+    assert all(row["x full"] == 1.0 for row in report["summary"] if row["timeout"] == "full")
+    assert report["environment"]["commit"]
+    for name in report["plots"]:
+        assert (out / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_iterations_budget_and_model_columns(tmp_path):
+    argv = ["--envs", "straggler", "--workers", "2", "--envs-per-worker", "3", "--timeouts",
+            "none", "0.0001", "--policies", "random", "--iterations", "20", "--repeats", "1",
+            "--step-time", "0.0002", "--model", "--out-dir", str(tmp_path), "--no-progress"]
+    assert tc.main(argv) == 0
+    report = json.loads((tmp_path / "results.json").read_text())
+    for r in report["results"]:
+        assert r["steps_received"] >= 20 * 6  # 20 steps per env at least, then drained
+        assert r["steps_sent"] == r["steps_received"]
+    for row in report["summary"]:
+        assert row["model steps/s"] > 0 and 1 <= row["model workers/recv"] <= 2
+
+
+def test_presets_and_flags_override():
+    args = tc.parse_args(["--preset", "seed-small", "--scale", "0.1", "--repeats", "1"])
+    grid = tc.grid_of(args)
+    assert grid.envs_per_worker == [2] and grid.iterations == 100 and grid.repeats == 1
+    assert grid.timeouts == [None, 0.1, 0.01, 0.001, 0.0001] and grid.workers == [8]
+    assert tc.grid_of(tc.parse_args(["--preset", "seed-large"])).envs_per_worker == [4000]
+    with pytest.raises(SystemExit):
+        tc.parse_args(["--preset", "nope"])
+
+
+def test_policies_respect_the_action_space():
+    box = gym.spaces.Box(-2.0, 3.0, (6,), np.float32)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (17,), np.float64)
+    obs = np.random.default_rng(0).normal(size=(5, 17))
+    for spec in ("random", "mlp:16,16"):
+        act = compare.make_policy(spec, obs_space, box)(obs)
+        assert act.shape == (5, 6) and act.dtype == np.float32
+        assert all(box.contains(a) for a in act)
+    disc = gym.spaces.Discrete(3, start=1)
+    for spec in ("random", "mlp:4"):
+        act = compare.make_policy(spec, obs_space, disc)(obs)
+        assert act.shape == (5,) and set(act.tolist()) <= {1, 2, 3}
+    with pytest.raises(ConfigError, match="mlp:H1"):
+        compare.make_policy("cnn", obs_space, disc)
+    with pytest.raises(ConfigError, match="hidden"):
+        compare.parse_hidden("mlp:0")
+
+
+def test_straggler_env_has_a_heavy_tail():
+    env = StragglerEnv(step_time=1.0)
+    delays = np.array([env._delay() for _ in range(20_000)])
+    median = np.median(delays)
+    assert 0.9 < median < 1.3  # Pareto(1.5) + 0.5 has median ~1.09
+    assert np.quantile(delays, 0.99) > 10 * median
+
+
+def _costs(times: np.ndarray, workers: int, n: int, c0: float) -> tm.Costs:
+    return tm.Costs(times, {m * n: c0 for m in range(1, workers + 1)}, overhead=1e-5)
+
+
+def test_model_full_batch_receives_everyone_and_partial_pays_only_with_spread():
+    rng = np.random.default_rng(0)
+    constant = np.full(100, 1e-3)
+    heavy = 1e-3 * (rng.pareto(1.5, 5000) + 0.5)
+    full = tm.simulate(_costs(constant, 8, 1, 1e-4), 8, 1, None, recvs=300)
+    assert full.workers_per_recv == 8 and full.policy_calls_per_1000_steps == 125
+    # No spread, and a per-call cost: partial batches cannot win.
+    part = tm.simulate(_costs(constant, 8, 1, 1e-4), 8, 1, 1e-5, recvs=300)
+    assert part.steps_per_s <= full.steps_per_s * 1.001
+    # A heavy tail and a cheap call: partial batches win.
+    h_full = tm.simulate(_costs(heavy, 8, 1, 1e-5), 8, 1, None, recvs=1000)
+    h_part = tm.simulate(_costs(heavy, 8, 1, 1e-5), 8, 1, 1e-5, recvs=1000)
+    assert h_part.steps_per_s > 1.5 * h_full.steps_per_s
+    mean, gap = tm.straggler_gap(heavy, 8, 1)
+    assert gap > mean and tm.straggler_gap(constant, 8, 1)[1] == 0
+
+
+def test_interleaved_groups_take_turns_each_repeat():
+    grid = compare.Grid(envs=["sleep"], workers=[1, 2], envs_per_worker=[1], timeouts=[None],
+                        policies=["random"], step_time=1e-4, seconds=0.05, repeats=2,
+                        interleave_groups=True)
+    results = compare.sweep(grid)
+    assert [(r.repeat, r.workers) for r in results] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert all(r.steps_sent == r.steps_received > 0 for r in results)
+    rows = tc.scaling(results)
+    assert [row["workers"] for row in rows] == [1, 2] and rows[0]["x fewest workers"] == 1.0

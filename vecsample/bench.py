@@ -1,0 +1,325 @@
+"""``vecsample bench``: vecsample against the bare loop and the other samplers, in one run.
+
+For each env id and env count, every backend of ``vecsample.bench_backends`` is built once,
+then measured ``--repeats`` times, the backends taking turns, so load from elsewhere on the
+machine falls on every row alike. Each figure is the median of its repeats, also given as a
+ratio to the bare loop in one process (the per-core limit) and to ``cores`` bare loops at once
+(the machine limit). Then the round trip of step_send + step_recv with 1 worker × 1 env.
+See docs/benchmarks.md for a run and how to read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from vecsample.bench_backends import (
+    BACKENDS,
+    Backend,
+    Config,
+    Unavailable,
+    cpu_seconds,
+    round_trips,
+)
+from vecsample.compare import format_table
+from vecsample.errors import ConfigError
+
+#: Env counts per env id when --num-envs is not given (the targets of issue 4).
+DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64]}
+VERSIONED = ("vecsample", "numpy", "gymnasium", "mujoco", "torch", "stable_baselines3",
+             "envpool")
+
+
+@dataclass
+class Row:
+    """One backend at one (env, env count): the median of its repeats, and its ratios."""
+
+    env: str
+    num_envs: int
+    backend: str
+    label: str
+    layout: str
+    steps_per_s: float | None
+    repeats: list[float] = field(default_factory=list)
+    vs_bare: float | None = None
+    vs_machine: float | None = None
+    #: CPU time of the parent and its workers per env step (median), and the bare loop's
+    #: divided by it: how much of the CPU the sampler spends on the envs, whatever the load.
+    cpu_us_per_step: float | None = None
+    cpu_vs_bare: float | None = None
+    skipped: str | None = None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "HalfCheetah-v5"],
+                        help="gymnasium ids")
+    parser.add_argument("--num-envs", nargs="+", type=int, default=None,
+                        help="env counts (default: 64 and 128 for CartPole, 64 otherwise)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="vecsample workers (default: the cores)")
+    parser.add_argument("--cores", type=int, default=None,
+                        help="bare loops at once for the machine limit (default: usable cores)")
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
+    parser.add_argument("--policy", choices=["none", "mlp"], default="none",
+                        help="none: pre-sampled actions; mlp: a 64×64 torch MLP in the parent")
+    parser.add_argument("--timeout", type=float, default=0.0005,
+                        help="step_recv timeout of the partial-batch row (seconds)")
+    parser.add_argument("--seconds", type=float, default=1.0, help="duration of one measurement")
+    parser.add_argument("--repeats", type=int, default=5, help="figures are their median")
+    parser.add_argument("--latency-steps", type=int, default=2000,
+                        help="round trips per repeat for the latency (0: skip it)")
+    parser.add_argument("--json", type=str, default=None, help="write all results here")
+    parser.add_argument("--plot", type=str, default=None, help="write a PNG of the ratios here")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def configs(args: argparse.Namespace) -> list[Config]:
+    """One Config per (env id, env count), checked."""
+    cores = args.cores or usable_cores()
+    workers = args.workers or cores
+    out = []
+    for env_id in args.envs:
+        for n in args.num_envs or DEFAULT_COUNTS.get(env_id, [64]):
+            for name, parts in (("workers", workers), ("cores", cores)):
+                if parts < 1 or n % parts:
+                    raise ConfigError(
+                        f"--num-envs {n} must split evenly over --{name} {parts}; choose a "
+                        f"multiple of {parts}."
+                    )
+            out.append(Config(env_id, n, workers, cores, args.timeout, args.policy))
+    if args.repeats < 1 or args.seconds <= 0:
+        raise ConfigError(f"--repeats must be >= 1 and --seconds > 0, got {args.repeats}, "
+                          f"{args.seconds}.")
+    return out
+
+
+def layout(name: str, cfg: Config) -> str:
+    """How the envs are spread: processes × envs each (or threads, for EnvPool)."""
+    if name == "bare":
+        return f"1 × {cfg.envs_per_core}"
+    if name == "machine":
+        return f"{cfg.cores} × {cfg.envs_per_core}"
+    if name in ("async", "sb3"):
+        return f"{cfg.num_envs} × 1"
+    if name == "sync":
+        return f"1 × {cfg.num_envs}"
+    if name == "envpool":
+        return f"{cfg.cores} threads"
+    return f"{cfg.workers} × {cfg.envs_per_worker}"
+
+
+# --- measuring -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def built(cfg: Config, names: Sequence[str]) -> Iterator[dict[str, Backend | str]]:
+    """Every backend of a group, built before any is timed; closed at exit, pass or fail."""
+    with contextlib.ExitStack() as stack:
+        out: dict[str, Backend | str] = {}
+        for name in names:
+            try:
+                backend = BACKENDS[name][1](cfg)
+            except Unavailable as exc:
+                out[name] = str(exc)
+                continue
+            stack.callback(backend.close)
+            out[name] = backend
+        yield out
+
+
+def measure(cfg: Config, args: argparse.Namespace, tick: Any) -> list[Row]:
+    """The rows of one group: each backend's repeats, interleaved, then medians and ratios."""
+    with built(cfg, args.backends) as backends:
+        runs: dict[str, list[tuple[float, float | None]]] = {
+            n: [] for n, b in backends.items() if not isinstance(b, str)
+        }
+        for _ in range(args.repeats):
+            for name, done in runs.items():
+                backend = backends[name]
+                assert not isinstance(backend, str)
+                done.append(_timed(backend, args.seconds))
+                tick()
+        skipped = {n: b for n, b in backends.items() if isinstance(b, str)}
+    rows = [_row(cfg, name, runs.get(name, []), skipped.get(name)) for name in args.backends]
+    _add_ratios(rows)
+    return rows
+
+
+def _timed(backend: Backend, seconds: float) -> tuple[float, float | None]:
+    """(steps/s, CPU µs per env step) of one run."""
+    pids = backend.pids()
+    before = cpu_seconds(pids)
+    rate = backend.run(seconds)
+    after = cpu_seconds(pids)
+    if before is None or after is None or not backend.steps():
+        return rate, None
+    return rate, (after - before) / backend.steps() * 1e6
+
+
+def _row(cfg: Config, name: str, runs: list[tuple[float, float | None]],
+         skipped: str | None) -> Row:
+    rates = [rate for rate, _ in runs]
+    cpus = [cpu for _, cpu in runs if cpu is not None]
+    return Row(env=cfg.env_id, num_envs=cfg.num_envs, backend=name, label=BACKENDS[name][0],
+               layout=layout(name, cfg),
+               steps_per_s=statistics.median(rates) if rates else None, repeats=rates,
+               cpu_us_per_step=statistics.median(cpus) if cpus else None, skipped=skipped)
+
+
+def _add_ratios(rows: list[Row]) -> None:
+    by_name = {r.backend: r for r in rows}
+    bare, machine = by_name.get("bare"), by_name.get("machine")
+    for r in rows:
+        if bare is not None:
+            r.vs_bare = _ratio(r.steps_per_s, bare.steps_per_s)
+            r.cpu_vs_bare = _ratio(bare.cpu_us_per_step, r.cpu_us_per_step)
+        if machine is not None:
+            r.vs_machine = _ratio(r.steps_per_s, machine.steps_per_s)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def latency(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Round trip of step_send + step_recv, 1 worker × 1 env: median of the block medians."""
+    if args.latency_steps <= 0:
+        return None
+    blocks, env_s = round_trips(args.envs[0], args.repeats, args.latency_steps)
+    medians = [statistics.median(b) * 1e6 for b in blocks]
+    every = sorted(t * 1e6 for b in blocks for t in b)
+    return {
+        "env": args.envs[0], "round_trips_per_repeat": args.latency_steps,
+        "median_us": statistics.median(medians), "repeats_median_us": medians,
+        "p10_us": every[len(every) // 10], "p90_us": every[(len(every) * 9) // 10],
+        "env_step_us": env_s * 1e6,
+    }
+
+
+# --- reporting -------------------------------------------------------------------------------
+
+
+def meta() -> dict[str, Any]:
+    """Hardware, versions, commit, command and load: what a results table must name."""
+    versions = {}
+    for name in VERSIONED:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    return {
+        "cpu": _cpu_model(), "cores": usable_cores(), "python": platform.python_version(),
+        "platform": platform.platform(), "versions": versions, "commit": _commit(),
+        "command": "vecsample bench " + " ".join(sys.argv[2:] if _is_cli() else []),
+        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _is_cli() -> bool:
+    return len(sys.argv) > 1 and sys.argv[1] == "bench"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def table(rows: list[Row]) -> str:
+    """The terminal table: one line per backend and group."""
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    lines = [{
+        "env": r.env, "envs": str(r.num_envs), "backend": r.label, "procs × envs": r.layout,
+        "steps/s": "-" if r.steps_per_s is None else f"{r.steps_per_s:,.0f}",
+        "× bare": ratio(r.vs_bare), "× machine": ratio(r.vs_machine),
+        "CPU µs/step": "-" if r.cpu_us_per_step is None else f"{r.cpu_us_per_step:.2f}",
+        "CPU eff.": ratio(r.cpu_vs_bare),
+        "note": r.skipped or "",
+    } for r in rows]
+    return format_table(lines)
+
+
+def plot(rows: list[Row], path: str) -> None:
+    """Bars of each backend's ratio to the machine limit, one group per (env, env count)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display needed
+    import matplotlib.pyplot as plt
+
+    groups = list(dict.fromkeys((r.env, r.num_envs) for r in rows))
+    names = list(dict.fromkeys(r.backend for r in rows))
+    fig, ax = plt.subplots(figsize=(5.0 + 2.2 * len(groups), 4.5))
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        values = [next((r.vs_machine or 0.0 for r in rows if (r.env, r.num_envs) == g
+                        and r.backend == name), 0.0) for g in groups]
+        ax.bar([k + i * width for k in range(len(groups))], values, width,
+               label=BACKENDS[name][0])
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(groups))])
+    ax.set_xticklabels([f"{e}\n{n} envs" for e, n in groups])
+    ax.set_ylabel("steps/s ÷ machine limit (bare loop × cores)")
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside, not over
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    groups = configs(args)
+    total = len(groups) * args.repeats * len(args.backends) + (args.latency_steps > 0)
+    from tqdm import tqdm
+
+    class Bar(tqdm):  # type: ignore[misc]
+        # No monitor thread: a thread left running in the parent makes later fork-context
+        # samplers warn, and the bench starts AsyncVectorEnv and SB3 processes with fork.
+        monitor_interval = 0
+
+    with Bar(total=total, desc="vecsample bench", disable=args.no_progress,
+             file=sys.stderr) as bar:
+        rows = [row for cfg in groups for row in measure(cfg, args, lambda: bar.update(1))]
+        lat = latency(args)
+        bar.update(total - bar.n)
+    out = table(rows)
+    if lat is not None:
+        out += (f"\n\nround trip step_send + step_recv, 1 worker × 1 env ({lat['env']}): "
+                f"median {lat['median_us']:.1f} µs (p10 {lat['p10_us']:.1f}, p90 "
+                f"{lat['p90_us']:.1f}; env step in the worker {lat['env_step_us']:.1f} µs)")
+    sys.stdout.write(out + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"meta": meta(), "results": [asdict(r) for r in rows], "latency": lat}, indent=2))
+    if args.plot:
+        plot(rows, args.plot)
+    return 0

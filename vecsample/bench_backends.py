@@ -1,0 +1,406 @@
+"""The samplers that ``vecsample bench`` puts side by side, each behind ``run(seconds)``.
+
+A backend is built once per (env, env count), measured several times (interleaved with the
+others, so a burst of load elsewhere on the machine hits every row alike), then closed. Each
+``run`` returns env steps per second over ``seconds`` of stepping; building and resetting are
+never timed. Optional backends (SB3, EnvPool) raise ``Unavailable`` with the reason, and their
+row is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from vecsample.compare import sampling_loop
+from vecsample.sampler import EnvMaker, VecSampler
+from vecsample.vector_env import VectorEnv
+
+Policy = Callable[[np.ndarray], np.ndarray]
+
+#: forkserver for the bare loops: the processes start from a small clean server, not from a
+#: copy of this process (which may hold torch threads), like vecsample's own workers.
+BARE_CONTEXT = "forkserver"
+#: How many distinct pre-sampled action batches the "none" policy cycles through.
+ACTION_TABLE = 8
+
+
+class Unavailable(Exception):
+    """A backend cannot run here (package missing, env not supported); the row is skipped."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """One group of rows: an env id at one env count."""
+
+    env_id: str
+    num_envs: int
+    workers: int
+    cores: int
+    timeout: float
+    policy: str  # "none" or "mlp"
+
+    @property
+    def envs_per_worker(self) -> int:
+        return self.num_envs // self.workers
+
+    @property
+    def envs_per_core(self) -> int:
+        return self.num_envs // self.cores
+
+
+class Backend(Protocol):
+    """What the bench needs from a sampler."""
+
+    def run(self, seconds: float) -> float:
+        """Steps for ``seconds``; returns env steps per second."""
+
+    def steps(self) -> int:
+        """Env steps done by the last ``run``."""
+
+    def pids(self) -> list[int]:
+        """Its child processes, whose CPU time counts with this process's."""
+
+    def close(self) -> None: ...
+
+
+# --- policies --------------------------------------------------------------------------------
+
+
+class ActionTable:
+    """The "none" policy: pre-sampled action batches, cycled, so acting costs nothing."""
+
+    def __init__(self, space: gym.Space[Any], num_envs: int, seed: int = 0) -> None:
+        space.seed(seed)
+        self.batches = [np.stack([np.asarray(space.sample()) for _ in range(num_envs)])
+                        for _ in range(ACTION_TABLE)]
+        self.i = 0
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        self.i = (self.i + 1) % ACTION_TABLE
+        return self.batches[self.i][: len(obs)]
+
+
+def make_policy(kind: str, obs_space: gym.Space[Any], act_space: gym.Space[Any],
+                num_envs: int) -> Policy:
+    """``none`` (pre-sampled actions) or ``mlp`` (a 64×64 torch MLP, one thread, no grad)."""
+    if kind == "none":
+        return ActionTable(act_space, num_envs)
+    return mlp_policy(obs_space, act_space)
+
+
+def mlp_policy(obs_space: gym.Space[Any], act_space: gym.Space[Any]) -> Policy:
+    """A 64×64 tanh MLP in the main process: argmax for Discrete, tanh into Box bounds."""
+    import torch
+
+    # One thread: the workers own the other cores; a torch pool the size of the machine would
+    # fight them for it and measure the oversubscription, not the sampler.
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    obs_dim = int(np.prod(obs_space.shape or (1,)))
+    discrete = isinstance(act_space, gym.spaces.Discrete)
+    out_dim = int(getattr(act_space, "n", 0)) if discrete else int(np.prod(act_space.shape or (1,)))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+        torch.nn.Linear(64, out_dim),
+    )
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.as_tensor(obs.reshape(len(obs), -1), dtype=torch.float32)
+            out = net(x)
+        if discrete:
+            return np.asarray(out.argmax(dim=1).numpy(), dtype=np.int64)
+        assert isinstance(act_space, gym.spaces.Box)
+        low, high = act_space.low, act_space.high
+        unit = torch.tanh(out).numpy().reshape(len(obs), *act_space.shape)
+        return np.asarray(low + (unit + 1.0) * 0.5 * (high - low), dtype=act_space.dtype)
+
+    return policy
+
+
+# --- bare loops ------------------------------------------------------------------------------
+
+
+def bare_loop(env_id: str, count: int, conn: Connection) -> None:
+    """A process stepping ``count`` envs in a plain loop whenever the parent sends seconds."""
+    envs = [EnvMaker(env_id)() for _ in range(count)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+    actions = ActionTable(envs[0].action_space, count).batches
+    conn.send(None)  # built: the parent may start timing
+    while (seconds := conn.recv()) is not None:
+        conn.send(_step_for(envs, actions, seconds))
+    for env in envs:
+        env.close()
+
+
+def _step_for(
+    envs: list[gym.Env[Any, Any]], actions: list[np.ndarray], seconds: float
+) -> tuple[int, float]:
+    steps, k = 0, 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        k = (k + 1) % len(actions)
+        for env, action in zip(envs, actions[k], strict=True):
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                env.reset()
+        steps += len(envs)
+    return steps, elapsed
+
+
+class BareLoops:
+    """``procs`` bare loops at once, ``per_proc`` envs each; the sum of their rates."""
+
+    def __init__(self, env_id: str, procs: int, per_proc: int) -> None:
+        ctx: Any = mp.get_context(BARE_CONTEXT)
+        self.procs: list[Any] = []
+        self.conns: list[Connection] = []
+        for _ in range(procs):
+            parent, child = ctx.Pipe()
+            # daemon=True: a crashed or interrupted bench must not leave loops spinning.
+            proc = ctx.Process(target=bare_loop, args=(env_id, per_proc, child), daemon=True,
+                               name="vecsample-bench-bare")
+            proc.start()
+            child.close()
+            self.procs.append(proc)
+            self.conns.append(parent)
+        for conn in self.conns:
+            conn.recv()
+        self._steps = 0
+
+    def run(self, seconds: float) -> float:
+        for conn in self.conns:
+            conn.send(seconds)
+        done = [conn.recv() for conn in self.conns]
+        self._steps = sum(steps for steps, _ in done)
+        return float(sum(steps / elapsed for steps, elapsed in done))
+
+    def steps(self) -> int:
+        return self._steps
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):  # that loop is already gone
+                conn.send(None)
+        for proc in self.procs:
+            proc.join(5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self.conns:
+            conn.close()
+
+
+# --- vecsample -------------------------------------------------------------------------------
+
+
+class Sampler:
+    """VecSampler in the loop of ``vecsample compare``: full (timeout None) or partial batches."""
+
+    def __init__(self, cfg: Config, timeout: float | None) -> None:
+        self.sampler = VecSampler(cfg.env_id, num_envs=cfg.num_envs, num_workers=cfg.workers,
+                                  infos=False)
+        self.timeout = timeout
+        s = self.sampler
+        self.policy = make_policy(cfg.policy, s.single_observation_space, s.single_action_space,
+                                  cfg.num_envs)
+
+        self._steps = 0
+
+    def run(self, seconds: float) -> float:
+        if self.timeout is None:
+            return self._run_full(seconds)
+        result = sampling_loop(self.sampler, self.timeout, seconds, self.policy)
+        self._steps = result.steps
+        return result.steps_per_s
+
+    def _run_full(self, seconds: float) -> float:
+        """Full batches through ``step(actions)``: one action check and copy for all workers."""
+        s = self.sampler
+        obs, _ = s.reset(seed=0)
+        steps = 0
+        start = time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds:
+            obs = s.step(self.policy(obs)).obs
+            steps += s.num_envs
+        self._steps = steps
+        return steps / elapsed
+
+    def steps(self) -> int:
+        return self._steps
+
+    def pids(self) -> list[int]:
+        return _pids(self.sampler)
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+class GymnasiumStyle:
+    """Any env with gymnasium's vector API: vecsample VectorEnv, Sync/AsyncVectorEnv, EnvPool."""
+
+    def __init__(self, env: Any, cfg: Config, seeded: bool = False) -> None:
+        self.env = env
+        obs_space = getattr(env, "single_observation_space", None) or env.observation_space
+        act_space = getattr(env, "single_action_space", None) or env.action_space
+        self.policy = make_policy(cfg.policy, obs_space, act_space, cfg.num_envs)
+        self.num_envs = cfg.num_envs
+        # EnvPool takes its seed in make() and warns on reset(seed=...).
+        self.obs, _ = env.reset() if seeded else env.reset(seed=0)
+
+    def run(self, seconds: float) -> float:
+        steps = 0
+        start = time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds:
+            self.obs, *_ = self.env.step(self.policy(np.asarray(self.obs)))
+            steps += self.num_envs
+        self._steps = steps
+        return steps / elapsed
+
+    def steps(self) -> int:
+        return getattr(self, "_steps", 0)
+
+    def pids(self) -> list[int]:
+        return _pids(self.env)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class SB3Style(GymnasiumStyle):
+    """SB3's VecEnv API: ``reset()`` takes no seed and returns only the observations."""
+
+    def __init__(self, env: Any, cfg: Config) -> None:
+        self.env = env
+        self.policy = make_policy(cfg.policy, env.observation_space, env.action_space,
+                                  cfg.num_envs)
+        self.num_envs = cfg.num_envs
+        env.seed(0)
+        self.obs = env.reset()
+
+
+def _pids(sampler: Any) -> list[int]:
+    """Worker pids of a vecsample sampler or VectorEnv, an AsyncVectorEnv or a SubprocVecEnv."""
+    if isinstance(sampler, VectorEnv):
+        sampler = sampler.sampler
+    procs = getattr(sampler, "_procs", None) or getattr(sampler, "processes", None) or []
+    return [p.pid for p in procs if p.pid is not None]
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """CPU time (user + system) of this process and of ``pids``; None off Linux.
+
+    Clock ticks of /proc (10 ms): over a 1 s run of a few processes, within about 2 %.
+    """
+    total = time.process_time()
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
+# --- the registry ----------------------------------------------------------------------------
+
+
+def _fns(cfg: Config) -> list[Callable[[], gym.Env[Any, Any]]]:
+    return [EnvMaker(cfg.env_id)] * cfg.num_envs
+
+
+def _need(module: str, extra: str = "bench") -> None:
+    if importlib.util.find_spec(module) is None:
+        raise Unavailable(f"{module} is not installed (pip install 'vecsample[{extra}]')")
+
+
+def _sb3(cfg: Config) -> Backend:
+    _need("stable_baselines3")
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    # fork: SubprocVecEnv starts one process per env; forkserver would import gymnasium in
+    # each of them, minutes of CPU at 64 envs on 2 cores. The bench builds every backend
+    # before it runs any torch op, so no torch thread exists yet to be copied.
+    return SB3Style(SubprocVecEnv(_fns(cfg), start_method="fork"), cfg)
+
+
+def _async(cfg: Config) -> Backend:
+    # fork, for the same reason as SB3: one process per env.
+    env = gym.vector.AsyncVectorEnv(_fns(cfg), shared_memory=True, context="fork")
+    return GymnasiumStyle(env, cfg)
+
+
+def _envpool(cfg: Config) -> Backend:
+    _need("envpool")
+    import envpool
+
+    if cfg.env_id not in envpool.list_all_envs():
+        raise Unavailable(f"EnvPool has no {cfg.env_id}")
+    env = envpool.make(cfg.env_id, env_type="gymnasium", num_envs=cfg.num_envs,
+                       batch_size=cfg.num_envs, num_threads=cfg.cores, seed=0)
+    return GymnasiumStyle(env, cfg, seeded=True)
+
+
+#: name -> (label, builder). The order is the table's.
+BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
+    "bare": ("bare loop, 1 process", lambda c: BareLoops(c.env_id, 1, c.envs_per_core)),
+    "machine": ("bare loop × cores (machine limit)",
+                lambda c: BareLoops(c.env_id, c.cores, c.envs_per_core)),
+    "vecsample": ("vecsample VecSampler, full batches", lambda c: Sampler(c, None)),
+    "vecsample_partial": ("vecsample VecSampler, partial batches",
+                          lambda c: Sampler(c, c.timeout)),
+    "vector_env": ("vecsample VectorEnv",
+                   lambda c: GymnasiumStyle(VectorEnv(_fns(c), c.workers), c)),
+    "sync": ("gymnasium SyncVectorEnv",
+             lambda c: GymnasiumStyle(gym.vector.SyncVectorEnv(_fns(c)), c)),
+    "async": ("gymnasium AsyncVectorEnv (shared memory)", _async),
+    "sb3": ("SB3 SubprocVecEnv", _sb3),
+    "envpool": ("EnvPool (C++ envs)", _envpool),
+}
+
+
+# --- latency ---------------------------------------------------------------------------------
+
+
+def round_trips(env_id: str, blocks: int, count: int) -> tuple[list[list[float]], float]:
+    """``blocks`` × ``count`` step_send + step_recv round trips with 1 worker × 1 env.
+
+    Returns each block's round-trip times (seconds) and the worker's mean time per env step
+    (its own clock), the part of a round trip that is the env and not the transport.
+    """
+    with VecSampler(env_id, num_envs=1, num_workers=1, infos=False) as s:
+        s.reset(seed=0)
+        actions = ActionTable(s.single_action_space, 1).batches
+        _round_trips(s, actions, min(count, 50))  # warm up caches and the pipe
+        before = s.stats()
+        times = [_round_trips(s, actions, count) for _ in range(blocks)]
+        after = s.stats()
+    env_s = (after["env_step_s"] - before["env_step_s"]) / max(blocks * count, 1)
+    return times, env_s
+
+
+def _round_trips(s: VecSampler, actions: list[np.ndarray], count: int) -> list[float]:
+    times = []
+    for k in range(count):
+        start = time.perf_counter()
+        s.step_send(0, actions[k % ACTION_TABLE])
+        s.step_recv(None)
+        times.append(time.perf_counter() - start)
+    return times

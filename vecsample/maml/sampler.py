@@ -1,0 +1,535 @@
+"""``MultiTaskSampler``: pytorch-maml-rl's sampler API on top of ``vecsample.VecSampler``.
+
+One ``sample_async(tasks)`` runs ``num_steps + 1`` rounds over ``len(tasks) * batch_size`` envs
+spread over the workers (env ``g`` plays task ``g // batch_size``): the train rounds with the
+pre-adaptation and then the adapted parameters, and the valid round. Autoreset is disabled, so
+each env plays exactly one episode per round; a round ends when every env has ended.
+
+The rounds run in one background thread of the main process. It owns the ``VecSampler``, does
+the policy inference per task (one forward per group of envs that share parameters, per worker
+reply), fits the baseline, computes the advantages and the first-order inner update, and
+resolves the asyncio futures on the main thread's event loop as each round ends. So a
+metalearner that awaits the futures (pytorch-maml-rl's ``MAMLTRPO``) runs while the sampler is
+still sampling, and awaits them as often as it likes.
+
+The policy's parameters are copied when ``sample_async`` is called: a line search that rewrites
+the policy's weights while sampling is under way does not change what is sampled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import math
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.distributions import Categorical, Distribution, Independent, Normal
+
+import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
+from vecsample import errors
+from vecsample.envs.base import Task, TaskEnv
+from vecsample.maml.episodes import BatchEpisodes
+from vecsample.maml.losses import reinforce_loss
+from vecsample.protocol import AutoresetMode
+from vecsample.sampler import DEFAULT_CONTEXT, DEFAULT_DEADLINE, StepResult, VecSampler
+
+Params = Mapping[str, torch.Tensor]
+Futures = tuple[list[list["asyncio.Future[BatchEpisodes]"]], list["asyncio.Future[BatchEpisodes]"]]
+
+#: How long one wait on the workers lasts before the thread checks whether close() was called.
+POLL_S = 0.25
+
+
+class MetaPolicy(Protocol):
+    """What the sampler needs of a policy: pytorch-maml-rl's ``Policy`` interface."""
+
+    def __call__(self, input: torch.Tensor, params: Params | None = None) -> Distribution: ...
+
+    def named_parameters(self) -> Any: ...
+
+    def update_params(
+        self,
+        loss: torch.Tensor,
+        params: Params | None = None,
+        step_size: float = 0.5,
+        first_order: bool = False,
+    ) -> Params: ...
+
+
+class FittableBaseline(Protocol):
+    """``fit(episodes)`` then ``baseline(episodes) -> (T, B)`` values."""
+
+    def fit(self, episodes: BatchEpisodes) -> None: ...
+
+    def __call__(self, episodes: BatchEpisodes) -> torch.Tensor: ...
+
+
+@dataclass
+class _Request:
+    """One sample_async call: what to sample and where its results go."""
+
+    tasks: list[Task]
+    num_steps: int
+    fast_lr: float
+    gamma: float
+    gae_lambda: float
+    device: torch.device
+    params: Params
+    train: list[list[asyncio.Future[BatchEpisodes]]]
+    valid: list[asyncio.Future[BatchEpisodes]]
+    #: One action-noise generator per worker (seeded runs only): each worker's envs draw in
+    #: their own order, whichever worker replies first.
+    generators: list[torch.Generator] | None = None
+
+
+def _main_loop() -> asyncio.AbstractEventLoop:
+    """The main thread's event loop, made and set if there is none (as their code expects)."""
+    with warnings.catch_warnings():
+        # get_event_loop() warns where it would create a loop (3.12+); we create it ourselves.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:
+            loop = None
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    return loop
+
+
+def _snapshot(policy: MetaPolicy, device: torch.device) -> Params:
+    """Detached copies of the policy's parameters, leaves that can take gradients."""
+    return OrderedDict(
+        (name, p.detach().clone().to(device).requires_grad_(p.requires_grad))
+        for name, p in policy.named_parameters()
+    )
+
+
+def _sample(pi: Distribution, generator: torch.Generator | None) -> torch.Tensor:
+    """``pi.sample()``, drawn from the sampler's own generator where the type allows it."""
+    base = pi.base_dist if isinstance(pi, Independent) else pi
+    if generator is None:
+        return pi.sample()
+    if isinstance(base, Normal):
+        noise = torch.randn(base.loc.shape, generator=generator, device=base.loc.device)
+        return base.loc + base.scale * noise
+    if isinstance(base, Categorical):
+        return torch.multinomial(base.probs, 1, generator=generator).squeeze(-1)
+    return pi.sample()
+
+
+class MultiTaskSampler:
+    """Drop-in for ``maml_rl.samplers.MultiTaskSampler`` (same signature and methods).
+
+    ``env_name`` must be registered with gymnasium (``import vecsample.envs`` registers the task
+    envs) and its unwrapped env must have ``sample_tasks`` and ``reset_task``. ``seed`` seeds
+    the task sampler, every env (through ``np.random.SeedSequence``) and the action noise, so a
+    seeded run repeats. ``context`` and ``deadline`` go to ``VecSampler``: a worker that dies
+    raises ``WorkerDiedError`` from ``sample_wait`` (and from every future), one that hangs
+    raises ``DeadlineExceededError`` after ``deadline`` seconds.
+    """
+
+    def __init__(
+        self,
+        env_name: str,
+        env_kwargs: dict[str, Any],
+        batch_size: int,
+        policy: MetaPolicy,
+        baseline: FittableBaseline,
+        env: gym.Env[Any, Any] | None = None,
+        seed: int | None = None,
+        num_workers: int = 1,
+        *,
+        context: str = DEFAULT_CONTEXT,
+        deadline: float | None = DEFAULT_DEADLINE,
+    ) -> None:
+        self.env_name = env_name
+        self.env_kwargs = dict(env_kwargs or {})
+        self.batch_size = _positive(batch_size, "batch_size")
+        self.num_workers = _positive(num_workers, "num_workers")
+        self.policy = policy
+        self.baseline = copy.deepcopy(baseline)  # fitted on every batch, by the sampling thread
+        self.seed = seed
+        self.context = context
+        self.deadline = deadline
+        self.env = env if env is not None else gym.make(env_name, **self.env_kwargs)
+        if not isinstance(self.env.unwrapped, TaskEnv):
+            raise errors.TaskEnvError(
+                f"{env_name} is not a meta-RL task env: expected sample_tasks(n) and "
+                f"reset_task(task) on env.unwrapped, got {type(self.env.unwrapped).__name__}. "
+                "See vecsample.envs for the registered task envs."
+            )
+        self._seeds = np.random.SeedSequence(seed)
+        if seed is not None:
+            self.env.reset(seed=_child_seed(self._seeds))  # seeds sample_tasks
+        self.env.close()
+        # gym.make on the pickled EnvSpec: a spawned worker rebuilds any registered env (its
+        # entry point is imported, which registers vecsample.envs' ids too).
+        self._factory = functools.partial(gym.make, gym.spec(env_name), **self.env_kwargs)
+        self._loop = _main_loop()
+        self._vec: VecSampler | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._waiting = False
+        self.closed = False
+
+    # --- the API of pytorch-maml-rl ----------------------------------------------------------
+
+    def sample_tasks(self, num_tasks: int) -> list[Task]:
+        task_env = cast(TaskEnv, self.env.unwrapped)  # checked in __init__
+        return task_env.sample_tasks(num_tasks)
+
+    def sample_async(
+        self,
+        tasks: Sequence[Task],
+        num_steps: int = 1,
+        fast_lr: float = 0.5,
+        gamma: float = 0.95,
+        gae_lambda: float = 1.0,
+        device: str | torch.device = "cpu",
+    ) -> Futures:
+        """Starts sampling; returns ``(train_futures[num_steps][num_tasks], valid_futures)``."""
+        self._check_open()
+        if self._waiting:
+            raise errors.PendingCallError(
+                "sample_async() called while a previous sample is pending; call "
+                "sample_wait(futures) before sampling again."
+            )
+        tasks = list(tasks)
+        if not tasks:
+            raise errors.ConfigError("sample_async() needs at least one task, got none.")
+        self._ensure_vec(len(tasks))
+        request = self._request(tasks, num_steps, fast_lr, gamma, gae_lambda, torch.device(device))
+        self._stop.clear()
+        # daemon=True: a script that exits without close() must not wait on this thread; the
+        # workers are still ended by VecSampler's finalizer.
+        self._thread = threading.Thread(
+            target=self._run, args=(request,), name="vecsample-maml-sampler", daemon=True
+        )
+        self._waiting = True
+        self._thread.start()
+        return request.train, request.valid
+
+    def sample_wait(
+        self, episodes_futures: Futures
+    ) -> tuple[list[list[BatchEpisodes]], list[BatchEpisodes]]:
+        """Waits for every future of ``sample_async``; returns (train, valid) episodes."""
+        if not self._waiting:
+            raise errors.PendingCallError(
+                "sample_wait() called without a pending sample_async(); call sample_async first."
+            )
+        train_futures, valid_futures = episodes_futures
+
+        async def gather() -> tuple[list[list[BatchEpisodes]], list[BatchEpisodes]]:
+            futures = [*(f for step in train_futures for f in step), *valid_futures]
+            # Retrieve every outcome, so no failed future is left unretrieved (asyncio logs it).
+            done = await asyncio.gather(*futures, return_exceptions=True)
+            failures = [r for r in done if isinstance(r, BaseException)]
+            if failures:
+                raise failures[0]
+            train = [[f.result() for f in step] for step in train_futures]
+            return train, [f.result() for f in valid_futures]
+
+        try:
+            return self._loop.run_until_complete(gather())
+        finally:
+            self._join()
+
+    def sample(
+        self, tasks: Sequence[Task], **kwargs: Any
+    ) -> tuple[list[list[BatchEpisodes]], list[BatchEpisodes]]:
+        """``sample_wait(sample_async(tasks, **kwargs))``."""
+        return self.sample_wait(self.sample_async(tasks, **kwargs))
+
+    def stats(self) -> dict[str, float]:
+        """The workers' ``VecSampler.stats()`` (env step time, sends, waits) since they started.
+
+        Empty before the first ``sample_async`` and after ``close()``; the counters restart when
+        the workers are rebuilt (another number of tasks, or after a failure).
+        """
+        return {} if self._vec is None else self._vec.stats()
+
+    def close(self) -> None:
+        """Stops a sample under way, ends the workers. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self._stop.set()
+        self._join()
+        if self._vec is not None:
+            self._vec.close()
+            self._vec = None
+
+    def __enter__(self) -> MultiTaskSampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- setup ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise errors.ClosedError("This MultiTaskSampler is closed; create a new one.")
+
+    def _ensure_vec(self, num_tasks: int) -> None:
+        """(Re)builds the VecSampler for ``num_tasks * batch_size`` envs, padded to the workers."""
+        num_envs = num_tasks * self.batch_size
+        workers = min(self.num_workers, num_envs)
+        padded = math.ceil(num_envs / workers) * workers
+        if self._vec is not None and self._vec.num_envs == padded:
+            return
+        if self._vec is not None:
+            self._vec.close()
+            self._vec = None
+        self._vec = VecSampler(
+            [self._factory] * padded,
+            num_workers=workers,
+            seed=_child_seed(self._seeds) if self.seed is not None else None,
+            # One episode per env and round: an ended env stays frozen until the next reset.
+            autoreset_mode=AutoresetMode.DISABLED,
+            infos=False,  # the task envs put the task in every info; nothing here reads them
+            context=self.context,
+            deadline=self.deadline,
+            # Gaussian samples are unbounded; the task envs clip them, as pytorch-maml-rl's do.
+            check_actions=False,
+            observation_space=self.env.observation_space,
+            action_space=self.env.action_space,
+        )
+
+    def _request(
+        self,
+        tasks: list[Task],
+        num_steps: int,
+        fast_lr: float,
+        gamma: float,
+        gae_lambda: float,
+        device: torch.device,
+    ) -> _Request:
+        generators = None
+        if self.seed is not None and self._vec is not None:
+            generators = [
+                torch.Generator(device=device).manual_seed(_child_seed(self._seeds))
+                for _ in range(self._vec.num_workers)
+            ]
+        return _Request(
+            tasks=tasks,
+            num_steps=_positive(num_steps, "num_steps", minimum=0),
+            fast_lr=fast_lr,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            device=device,
+            params=_snapshot(self.policy, device),
+            train=[[self._loop.create_future() for _ in tasks] for _ in range(num_steps)],
+            valid=[self._loop.create_future() for _ in tasks],
+            generators=generators,
+        )
+
+    # --- the sampling thread ----------------------------------------------------------------
+
+    def _run(self, request: _Request) -> None:
+        # One intra-op thread for this thread's forwards: they are tiny (a task's envs), and
+        # OpenMP's parallel regions stall for milliseconds when the workers hold the cores
+        # (measured: a 10x20 @ 20x32 linear took 1 ms instead of 4 us). With the OpenMP backend
+        # of the PyPI wheels the setting is per thread, so the caller's threads keep theirs.
+        torch.set_num_threads(1)
+        try:
+            self._run_rounds(request)
+        except BaseException as exc:  # every failure reaches the futures, never a hang
+            self._fail(request, exc)
+            if self._vec is not None:
+                # A broken sampler is rebuilt by the next sample_async. A short timeout: a hung
+                # worker will not answer the close command either, it is terminated.
+                self._vec.close(timeout=1.0)
+                self._vec = None
+
+    def _run_rounds(self, request: _Request) -> None:
+        vec = self._vec
+        if vec is None:
+            raise errors.ClosedError("The workers were closed before sampling started.")
+        num_real = len(request.tasks) * self.batch_size
+        spare = [request.tasks[0]] * (vec.num_envs - num_real)
+        vec.reset_task([t for t in request.tasks for _ in range(self.batch_size)] + spare)
+        params: list[Params] = [request.params] * len(request.tasks)
+        for step in range(request.num_steps + 1):
+            rollout = _Rollout(self, vec, request, params)
+            batches = rollout.run()
+            futures = request.valid if step == request.num_steps else request.train[step]
+            for k, episodes in enumerate(batches):
+                self.baseline.fit(episodes)
+                episodes.compute_advantages(self.baseline, request.gae_lambda, normalize=True)
+                if step < request.num_steps:
+                    params[k] = self._adapt(episodes, params[k], request.fast_lr)
+                self._settle(futures[k], episodes)
+
+    def _adapt(self, episodes: BatchEpisodes, params: Params, fast_lr: float) -> Params:
+        loss = reinforce_loss(self.policy, episodes, params=params)
+        return self.policy.update_params(loss, params=params, step_size=fast_lr, first_order=True)
+
+    def _settle(self, future: asyncio.Future[BatchEpisodes], episodes: BatchEpisodes) -> None:
+        def settle() -> None:
+            if not future.done():
+                future.set_result(episodes)
+
+        self._loop.call_soon_threadsafe(settle)
+
+    def _fail(self, request: _Request, exc: BaseException) -> None:
+        def fail() -> None:
+            for future in [*(f for step in request.train for f in step), *request.valid]:
+                if not future.done():
+                    future.set_exception(exc)
+
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(fail)
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._waiting = False
+
+
+class _Rollout:
+    """One round: every env plays one episode; per-task BatchEpisodes come out.
+
+    Each worker is sent again as soon as its reply is read, so the inference for one worker's
+    envs overlaps the other workers' env steps.
+    """
+
+    def __init__(
+        self,
+        sampler: MultiTaskSampler,
+        vec: VecSampler,
+        request: _Request,
+        params: list[Params],
+    ) -> None:
+        self.sampler = sampler
+        self.vec = vec
+        self.request = request
+        self.params = params
+        self.batch_size = sampler.batch_size
+        self.num_real = len(request.tasks) * self.batch_size
+        self.episodes = [
+            BatchEpisodes(self.batch_size, gamma=request.gamma, device=request.device)
+            for _ in request.tasks
+        ]
+        space = vec.single_action_space
+        self.actions = np.zeros((vec.num_envs, *(space.shape or ())), dtype=space.dtype)
+        self.active = np.zeros(vec.num_envs, dtype=bool)
+        self.active[: self.num_real] = True
+        self.obs = np.zeros(0, dtype=np.float32)
+        self.sent_at: dict[int, float] = {}  # pending workers and when each was sent
+
+    def run(self) -> list[BatchEpisodes]:
+        obs, _ = self.vec.reset()
+        self.obs = np.array(obs, dtype=np.float32)  # a copy: the shm view changes on every step
+        for w in range(self.vec.num_workers):
+            self._send(w)
+        while self.sent_at:
+            for result in self._receive():
+                self._send(self._record(result))
+        return self.episodes
+
+    def _receive(self) -> list[StepResult]:
+        """A partial batch; polls in slices of POLL_S so that close() is noticed."""
+        while True:
+            if self.sampler._stop.is_set():
+                raise errors.ClosedError("The MultiTaskSampler was closed while sampling.")
+            slice_s = max(0.0, min(POLL_S, self._left()))
+            try:
+                return self.vec.step_recv(0.0, deadline=slice_s)
+            except errors.DeadlineExceededError as exc:
+                if exc.results:
+                    return list(exc.results)
+                if self._left() <= 0:
+                    raise errors.DeadlineExceededError(
+                        f"No worker replied within deadline={self.sampler.deadline} s; "
+                        f"workers {exc.hung_workers} look hung. Raise the deadline for slow "
+                        "envs, or find what blocks the env.",
+                        hung_workers=exc.hung_workers,
+                    ) from exc
+
+    def _left(self) -> float:
+        """Seconds until the longest-waiting pending worker passes the deadline."""
+        if self.sampler.deadline is None:
+            return math.inf
+        return min(self.sent_at.values()) + self.sampler.deadline - time.monotonic()
+
+    def _send(self, w: int) -> None:
+        ids = self.vec.worker_env_ids(w)
+        block = slice(ids.start, ids.stop)
+        if not self.active[block].any():
+            return
+        self._act(ids, None if self.request.generators is None else self.request.generators[w])
+        self.vec.step_send(w, self.actions[block])
+        self.sent_at[w] = time.monotonic()
+
+    def _act(self, ids: range, generator: torch.Generator | None) -> None:
+        """Actions for the active envs of ``ids``: one forward per shared parameter set."""
+        groups: dict[int, list[int]] = {}
+        for k in self._tasks_in(ids):
+            groups.setdefault(id(self.params[k]), []).append(k)
+        for tasks in groups.values():
+            rows = np.concatenate([self._rows(k, ids) for k in tasks])
+            if rows.size == 0:
+                continue
+            with torch.no_grad():
+                x = torch.as_tensor(self.obs[rows], device=self.request.device)
+                pi = self.sampler.policy(x, params=self.params[tasks[0]])
+                self.actions[rows] = _sample(pi, generator).cpu().numpy()
+
+    def _tasks_in(self, ids: range) -> range:
+        last = min(ids.stop, self.num_real) - 1
+        return range(ids.start // self.batch_size, last // self.batch_size + 1)
+
+    def _rows(self, k: int, ids: range) -> np.ndarray:
+        lo = max(ids.start, k * self.batch_size)
+        hi = min(ids.stop, (k + 1) * self.batch_size)
+        return lo + np.flatnonzero(self.active[lo:hi])
+
+    def _record(self, result: StepResult) -> int:
+        """Appends the step of every env that was active, retires those that ended.
+
+        Returns the worker, idle again."""
+        ids, worker = result.env_ids, result.worker
+        if worker is None:
+            raise errors.PendingCallError("step_recv returned a result without its worker.")
+        del self.sent_at[worker]
+        for k in self._tasks_in(ids):
+            rows = self._rows(k, ids)
+            local = rows - ids.start
+            self.episodes[k].append(
+                self.obs[rows],
+                self.actions[rows],
+                result.rewards[local],
+                rows - k * self.batch_size,
+            )
+        block = slice(ids.start, ids.stop)
+        ended = np.asarray(result.terminated) | np.asarray(result.truncated)
+        self.active[block] &= ~ended
+        self.obs[block] = result.obs
+        return worker
+
+
+def _child_seed(seeds: np.random.SeedSequence) -> int:
+    """A fresh 32-bit seed from ``seeds`` (each call spawns a new child)."""
+    return int(seeds.spawn(1)[0].generate_state(1)[0])
+
+
+def _positive(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise errors.ConfigError(f"{name} must be an int >= {minimum}, got {value!r}.")
+    return value
+
+
+__all__ = ["FittableBaseline", "MetaPolicy", "MultiTaskSampler"]

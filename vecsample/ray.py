@@ -1,0 +1,597 @@
+"""``RaySampler``: vecsample samplers on every node of a Ray cluster (docs/distributed.md).
+
+A Ray actor call costs about a millisecond and an env step tens of microseconds, so an actor
+never steps once per call: each actor owns a whole local ``VecSampler`` (its own worker processes
+and shared memory) plus a CPU copy of the policy, and returns a rollout *chunk* of
+``chunk_length`` steps of all its envs per call, as numpy (Ray returns numpy zero-copy and
+read-only; torch tensors would be copied).
+
+* Weights: ``set_weights(w)`` puts ``w`` in the object store once and bumps the version; the ref
+  travels with every later request and each chunk says which version it was sampled under.
+* Receiving: every actor is topped up to ``in_flight`` requests at each ``recv`` and
+  ``set_weights`` (double buffering with 2: it works on one chunk while the trainer
+  updates). ``recv()`` waits for one chunk from every live actor
+  (full); ``recv(timeout, min_chunks)`` returns whichever chunks are ready (partial, through
+  ``ray.wait``). Refs not returned stay pending and come back from a later ``recv``: nothing is
+  dropped or returned twice.
+* Faults: an actor that dies loses only its in-flight chunks (counted in ``stats()``); Ray
+  restarts it (``max_restarts``) and the next request carries the weights again. Crashes of env
+  processes inside an actor stay the local VecSampler's job.
+
+This module is the only one that imports ``ray``; ``import vecsample`` never does. The chunk
+collection (``ChunkCollector``) is minimal and local on purpose, so that it can be swapped for
+the rollout helper of issue 7 once that lands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+import ray
+from ray.exceptions import RayActorError
+
+from vecsample import errors
+from vecsample.protocol import AutoresetMode
+from vecsample.sampler import DEFAULT_DEADLINE, VecSampler, _check_deadline, _env_fns
+from vecsample.seeding import check_seed
+from vecsample.spaces import Leaf, leaves
+from vecsample.worker import EnvFn
+
+__all__ = [
+    "Chunk",
+    "ChunkCollector",
+    "Policy",
+    "RaySampler",
+    "SamplerActor",
+    "TorchPolicy",
+    "numpy_weights",
+]
+
+
+class Policy(Protocol):
+    """What an actor runs: ``act`` on a batch of observations, ``set_weights`` on an update."""
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions for ``obs`` [N, ...], plus per-env extras (log-probs, values) [N, ...]."""
+        ...
+
+    def set_weights(self, weights: Any) -> None:
+        """Loads weights produced by the trainer (whatever ``RaySampler.set_weights`` got)."""
+        ...
+
+
+@dataclass
+class Chunk:
+    """``length`` steps of one actor's ``N`` envs. Arrays are numpy, read-only when from Ray.
+
+    Autoreset is SAME_STEP: row t is a real transition of every env; where ``terminated`` or
+    ``truncated`` is set, ``final_obs[t]`` holds the last observation (for bootstrapping) and
+    ``obs[t + 1]`` is already the first observation of the next episode.
+    """
+
+    obs: np.ndarray  # [T, N, ...] the observation each action was chosen on
+    actions: np.ndarray  # [T, N, ...]
+    rewards: np.ndarray  # [T, N] float32
+    terminated: np.ndarray  # [T, N] bool
+    truncated: np.ndarray  # [T, N] bool
+    final_obs: np.ndarray  # [T, N, ...] zeros where the episode did not end
+    next_obs: np.ndarray  # [N, ...] the observation after the last step
+    extras: dict[str, np.ndarray]  # [T, N, ...] what the policy returned besides actions
+    episode_returns: np.ndarray  # [E] returns of the episodes that ended in this chunk
+    episode_lengths: np.ndarray  # [E]
+    version: int = 0  # the weights version every step was sampled under
+    actor_id: int = 0
+    node_id: str = ""
+    sample_s: float = 0.0  # seconds the actor spent collecting it
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.rewards.size)
+
+
+# --- local chunk collection (to be replaced by the rollout helper of issue 7) ------------------
+
+
+class ChunkCollector:
+    """Steps one local VecSampler under a policy and packs ``length`` steps into a Chunk."""
+
+    def __init__(self, sampler: VecSampler, policy: Policy, seed: int | None = None) -> None:
+        if sampler.autoreset_mode is not AutoresetMode.SAME_STEP:
+            raise errors.ConfigError(
+                f"ChunkCollector needs autoreset_mode=SameStep, got "
+                f"{sampler.autoreset_mode.value}; every row must be a real transition."
+            )
+        self.sampler = sampler
+        self.policy = policy
+        self._obs_leaf = _single_leaf(sampler.single_observation_space, "observation")
+        self._act_leaf = _single_leaf(sampler.single_action_space, "action")
+        obs, _ = sampler.reset(seed=seed)
+        self._obs = np.array(obs)  # our own copy: the views are overwritten by the next step
+        self._returns = np.zeros(sampler.num_envs, np.float64)
+        self._lengths = np.zeros(sampler.num_envs, np.int64)
+
+    def collect(self, length: int) -> Chunk:
+        """Runs ``length`` steps of every env; the envs carry on from chunk to chunk."""
+        n = self.sampler.num_envs
+        chunk = Chunk(
+            obs=_empty(length, n, self._obs_leaf), actions=_empty(length, n, self._act_leaf),
+            rewards=np.empty((length, n), np.float32),
+            terminated=np.empty((length, n), np.bool_), truncated=np.empty((length, n), np.bool_),
+            final_obs=np.zeros((length, n, *self._obs_leaf.shape), self._obs_leaf.dtype),
+            next_obs=self._obs, extras={}, episode_returns=np.empty(0),
+            episode_lengths=np.empty(0, np.int64),
+        )
+        ended: list[tuple[float, int]] = []
+        for t in range(length):
+            self._step(chunk, t, ended)
+        chunk.next_obs = self._obs.copy()
+        chunk.episode_returns = np.array([r for r, _ in ended], np.float64)
+        chunk.episode_lengths = np.array([k for _, k in ended], np.int64)
+        return chunk
+
+    def _step(self, chunk: Chunk, t: int, ended: list[tuple[float, int]]) -> None:
+        chunk.obs[t] = self._obs
+        actions, extras = self.policy.act(self._obs)
+        chunk.actions[t] = actions
+        for name, value in extras.items():
+            if name not in chunk.extras:
+                value = np.asarray(value)
+                chunk.extras[name] = np.empty((len(chunk.obs), *value.shape), value.dtype)
+            chunk.extras[name][t] = value
+        result = self.sampler.step(chunk.actions[t])
+        chunk.rewards[t] = result.rewards
+        chunk.terminated[t] = result.terminated
+        chunk.truncated[t] = result.truncated
+        done = result.terminated | result.truncated
+        if result.has_final_obs.any():
+            chunk.final_obs[t][result.has_final_obs] = result.final_obs[result.has_final_obs]
+        np.copyto(self._obs, result.obs)
+        self._count_episodes(result.rewards, done, ended)
+
+    def _count_episodes(
+        self, rewards: np.ndarray, done: np.ndarray, ended: list[tuple[float, int]]
+    ) -> None:
+        self._returns += rewards
+        self._lengths += 1
+        for j in np.flatnonzero(done):
+            ended.append((float(self._returns[j]), int(self._lengths[j])))
+        self._returns[done] = 0.0
+        self._lengths[done] = 0
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+def _single_leaf(space: gym.Space[Any], what: str) -> Leaf:
+    found = leaves(space)
+    if len(found) != 1 or found[0].path:
+        raise errors.UnsupportedSpaceError(
+            f"RaySampler needs a single-array {what} space (Box, Discrete, MultiDiscrete, "
+            f"MultiBinary), got {space}; flatten it with a gymnasium wrapper."
+        )
+    return found[0]
+
+
+def _empty(length: int, n: int, leaf: Leaf) -> np.ndarray:
+    return np.empty((length, n, *leaf.shape), leaf.dtype)
+
+
+# --- policies ----------------------------------------------------------------------------------
+
+
+class TorchPolicy:
+    """A CPU torch module from ``module_fn()``; ``module(obs)`` returns actions, or
+    ``(actions, {name: tensor})`` to ship extras such as log-probs and values with the chunk.
+
+    Weights are a ``{name: numpy array}`` state dict (see ``numpy_weights``): numpy travels
+    through Ray zero-copy, torch tensors do not.
+    """
+
+    def __init__(self, module_fn: Callable[[], Any], threads: int | None = 1) -> None:
+        import torch
+
+        if threads is not None:
+            # One thread by default: the actor's CPUs are claimed by its env workers, and a small
+            # policy gains nothing from intra-op threads that would compete with them.
+            torch.set_num_threads(threads)
+        self.module = module_fn().cpu().eval()
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        import torch
+
+        with torch.no_grad():
+            out = self.module(torch.as_tensor(obs, dtype=torch.float32))
+        actions, extras = out if isinstance(out, tuple) else (out, {})
+        return actions.numpy(), {k: v.numpy() for k, v in extras.items()}
+
+    def set_weights(self, weights: Any) -> None:
+        import torch
+
+        self.module.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
+
+
+def numpy_weights(module: Any) -> dict[str, np.ndarray]:
+    """A torch module's state dict as numpy copies, ready for ``RaySampler.set_weights``."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+# --- the actor ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    """Everything an actor needs to build itself again after a restart."""
+
+    actor_id: int
+    env_fns: list[EnvFn]
+    policy_fn: Callable[[], Policy]
+    num_workers: int
+    seed: int | None
+    sampler_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class SamplerActor:
+    """One per node: a local VecSampler and a policy copy, answering one chunk per call."""
+
+    def __init__(self, spec: ActorSpec) -> None:
+        context = ray.get_runtime_context()
+        with warnings.catch_warnings():  # Ray's own property reads a deprecated one inside
+            warnings.simplefilter("ignore", DeprecationWarning)
+            reconstructed = context.was_current_actor_reconstructed
+        # A restarted actor draws fresh env seeds from the OS: replaying the seeds of its first
+        # life would sample the same episodes again.
+        seed = None if reconstructed else spec.seed
+        sampler = VecSampler(
+            spec.env_fns, num_workers=spec.num_workers, autoreset_mode=AutoresetMode.SAME_STEP,
+            **spec.sampler_kwargs,
+        )
+        try:
+            self._collector = ChunkCollector(sampler, spec.policy_fn(), seed)
+        except BaseException:
+            sampler.close()
+            raise
+        self.actor_id = spec.actor_id
+        self.node_id = str(context.get_node_id())
+        self.version = -1  # nothing loaded yet: the first request always sets it
+
+    def ready(self) -> str:
+        """The node this actor runs on; answering also proves the envs were built."""
+        return self.node_id
+
+    def sample(self, length: int, version: int, weights: list[Any]) -> Chunk:
+        """One chunk under weights ``version``. ``weights`` is ``[ref]`` (or ``[None]`` for the
+        policy's own initial weights): a nested ref is not fetched unless the version changed."""
+        if version != self.version:
+            if weights[0] is not None:
+                self._collector.policy.set_weights(ray.get(weights[0]))
+            self.version = version
+        start = time.perf_counter()
+        chunk = self._collector.collect(length)
+        chunk.version, chunk.actor_id, chunk.node_id = version, self.actor_id, self.node_id
+        chunk.sample_s = time.perf_counter() - start
+        return chunk
+
+    def close(self) -> None:
+        self._collector.close()
+
+
+@functools.lru_cache(maxsize=1)
+def _remote_actor_class() -> Any:
+    return ray.remote(SamplerActor)
+
+
+# --- the driver side ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Slot:
+    """The driver's view of one actor: its handle and its requests in flight."""
+
+    actor_id: int
+    handle: Any
+    node_id: str = ""
+    pending: deque[Any] = field(default_factory=deque)
+    deaths: int = 0
+    #: Failures since the last chunk delivered. The failures that follow one death (its
+    #: in-flight chunks, and requests sent before Ray saw it die) are one death, not several.
+    failures_in_row: int = 0
+    alive: bool = True
+
+
+class RaySampler:
+    """Spreads ``num_actors`` local VecSamplers over a Ray cluster and returns their chunks.
+
+    ``env_fns`` (or an env id with ``num_envs``) are the envs of *one* actor; every actor builds
+    the same list, split among its ``workers_per_actor`` processes. ``policy_fn()`` builds the
+    actor's policy (see ``Policy`` and ``TorchPolicy``). Ray must be initialised first
+    (``ray.init(address="auto")`` on a cluster); if it is not, ``ray.init()`` starts a local one.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn] | str,
+        policy_fn: Callable[[], Policy],
+        *,
+        num_envs: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        num_actors: int | None = None,
+        workers_per_actor: int = 1,
+        chunk_length: int = 128,
+        weights: Any = None,
+        seed: int | None = None,
+        in_flight: int = 2,
+        max_restarts: int = 3,
+        deadline: float | None = DEFAULT_DEADLINE,
+        sampler_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self._closed = True  # until the actors are up
+        fns = _env_fns(env_fns, num_envs, env_kwargs)
+        self.chunk_length = _positive(chunk_length, "chunk_length")
+        self.in_flight = _positive(in_flight, "in_flight")
+        self.max_restarts = _non_negative(max_restarts, "max_restarts")
+        self.workers_per_actor = _positive(workers_per_actor, "workers_per_actor")
+        self.deadline = _check_deadline(deadline, "deadline")
+        if not ray.is_initialized():
+            ray.init()  # joins a cluster started on this machine (`ray start`), else a local one
+        self.num_actors = _num_actors(num_actors)
+        self.envs_per_actor = len(fns)
+        seeds = _actor_seeds(seed, self.num_actors)
+        self._version = 0
+        self._weights_ref: Any = None
+        self._stats = {"requests": 0.0, "chunks": 0.0, "env_steps": 0.0, "chunks_lost": 0.0,
+                       "actor_deaths": 0.0, "wait_s": 0.0}
+        self._slots = [self._spawn(i, fns, policy_fn, seeds[i], sampler_kwargs or {})
+                       for i in range(self.num_actors)]
+        self._closed = False
+        self._await_ready()
+        if weights is not None:
+            self.set_weights(weights)
+
+    def _spawn(self, i: int, fns: list[EnvFn], policy_fn: Callable[[], Policy],
+               seed: int | None, sampler_kwargs: dict[str, Any]) -> _Slot:
+        spec = ActorSpec(i, fns, policy_fn, self.workers_per_actor, seed, sampler_kwargs)
+        handle = _remote_actor_class().options(
+            # num_cpus = the env processes it spawns: they are the load Ray must not oversubscribe
+            # (the actor's own process, running the policy, is not counted).
+            num_cpus=self.workers_per_actor,
+            # SPREAD (best effort): one actor per node when there are as many actors as nodes.
+            scheduling_strategy="SPREAD",
+            # Ray rebuilds a dead actor (same spec) up to max_restarts times...
+            max_restarts=self.max_restarts,
+            # ...but never re-runs a chunk that was in flight: it is dropped and counted instead.
+            max_task_retries=0,
+        ).remote(spec)
+        return _Slot(i, handle)
+
+    def _await_ready(self) -> None:
+        refs = [slot.handle.ready.remote() for slot in self._slots]
+        try:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.deadline)
+            if len(ready) < len(refs):
+                raise errors.DeadlineExceededError(
+                    f"{len(refs) - len(ready)} of {len(refs)} Ray actors did not start within "
+                    f"{self.deadline}s; check `ray status` for free CPUs (each actor asks for "
+                    f"num_cpus={self.workers_per_actor}).",
+                    hung_workers=[i for i, r in enumerate(refs) if r not in ready],
+                )
+            for slot, node in zip(self._slots, ray.get(refs), strict=True):
+                slot.node_id = node
+        except BaseException:
+            self.close()
+            raise
+
+    # --- weights -------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """The current weights version: 0 before any ``set_weights``, then 1, 2, ..."""
+        return self._version
+
+    def set_weights(self, weights: Any) -> int:
+        """Puts ``weights`` in the object store once; requests sent from now on carry them.
+
+        Chunks already in flight finish under their old version (their ``version`` says so).
+        Actors are topped up to ``in_flight`` requests here and at the start of ``recv``, not
+        when a chunk is received: with ``in_flight=1``, ``recv``, update, ``set_weights``
+        samples strictly on-policy. Returns the new version.
+        """
+        self._check_open()
+        self._weights_ref = ray.put(weights)
+        self._version += 1
+        self._fill()  # actors with a free slot start on the new weights now
+        return self._version
+
+    # --- receiving -----------------------------------------------------------------------------
+
+    def recv(
+        self, timeout: float | None = None, min_chunks: int | None = None
+    ) -> list[Chunk]:
+        """Full (no arguments): one chunk from every live actor. Partial: waits up to
+        ``timeout`` seconds (None: no limit) for ``min_chunks`` (default 1) chunks, then returns
+        every chunk ready by then, possibly none. Chunks not returned stay pending.
+        """
+        self._check_open()
+        self._fill()
+        start = time.perf_counter()
+        if timeout is None and min_chunks is None:
+            chunks = self._recv_full()
+        else:
+            chunks = self._recv_partial(_check_deadline(timeout, "timeout"),
+                                        _positive(1 if min_chunks is None else min_chunks,
+                                                  "min_chunks"))
+        self._stats["wait_s"] += time.perf_counter() - start
+        return chunks
+
+    def _recv_full(self) -> list[Chunk]:
+        firsts = [slot.pending[0] for slot in self._live()]
+        ready, _ = ray.wait(firsts, num_returns=len(firsts), timeout=self.deadline)
+        chunks = self._take(ready)
+        if len(ready) < len(firsts):
+            hung = [s.actor_id for s in self._live() if s.pending and s.pending[0] in firsts]
+            raise errors.DeadlineExceededError(
+                f"actors {hung} sent no chunk within the deadline ({self.deadline}s); their "
+                f"requests stay pending. Raise `deadline` or shorten `chunk_length`.",
+                hung_workers=hung, results=chunks,
+            )
+        return chunks
+
+    def _recv_partial(self, timeout: float | None, min_chunks: int) -> list[Chunk]:
+        refs = [ref for slot in self._live() for ref in slot.pending]
+        ray.wait(refs, num_returns=min(min_chunks, len(refs)), timeout=timeout)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return self._take(ready)
+
+    def _take(self, ready: list[Any]) -> list[Chunk]:
+        """Fetches the ready refs, oldest first per actor; a dead actor's refs are dropped."""
+        chunks: list[Chunk] = []
+        done = set(ready)
+        for slot in self._live():
+            while slot.alive and slot.pending and slot.pending[0] in done:
+                chunk = self._get(slot, slot.pending.popleft())
+                if chunk is not None:
+                    chunks.append(chunk)
+        return chunks
+
+    def _get(self, slot: _Slot, ref: Any) -> Chunk | None:
+        try:
+            chunk = ray.get(ref)
+        except RayActorError:
+            self._lost(slot)
+            return None
+        assert isinstance(chunk, Chunk)
+        slot.failures_in_row = 0
+        self._stats["chunks"] += 1
+        self._stats["env_steps"] += chunk.env_steps
+        return chunk
+
+    def _lost(self, slot: _Slot) -> None:
+        """A request failed because its actor died (or is restarting): drop it, count it."""
+        self._stats["chunks_lost"] += 1
+        slot.failures_in_row += 1
+        if slot.failures_in_row == 1:
+            slot.deaths += 1
+            self._stats["actor_deaths"] += 1
+        # Ray answers every request to an actor past its max_restarts with an error at once;
+        # this many failures without one chunk in between means it is not coming back.
+        if slot.deaths > self.max_restarts or slot.failures_in_row > self._give_up_after():
+            self._retire(slot)
+
+    def _give_up_after(self) -> int:
+        return self.in_flight * (self.max_restarts + 2) + 8
+
+    def _retire(self, slot: _Slot) -> None:
+        slot.alive = False
+        self._stats["chunks_lost"] += len(slot.pending)
+        slot.pending.clear()
+        if not self._live():
+            raise errors.ActorsLostError(
+                f"every Ray actor died more than max_restarts={self.max_restarts} times; "
+                f"check the actors' logs (`ray logs`) and the nodes' memory."
+            )
+
+    def _fill(self) -> None:
+        """Tops every live actor up to ``in_flight`` requests, carrying the current weights."""
+        for slot in self._live():
+            while len(slot.pending) < self.in_flight:
+                ref = slot.handle.sample.remote(
+                    self.chunk_length, self._version, [self._weights_ref])
+                slot.pending.append(ref)
+                self._stats["requests"] += 1
+
+    def _live(self) -> list[_Slot]:
+        return [slot for slot in self._slots if slot.alive]
+
+    # --- stats and lifetime --------------------------------------------------------------------
+
+    def actor_nodes(self) -> list[str]:
+        """The Ray node id of each actor, by actor id."""
+        return [slot.node_id for slot in self._slots]
+
+    def actor(self, actor_id: int) -> Any:
+        """The Ray handle of actor ``actor_id`` (to inspect it, or to kill it in a test)."""
+        return self._slots[actor_id].handle
+
+    def pending(self) -> int:
+        """Chunks requested but not yet returned by ``recv``."""
+        return sum(len(slot.pending) for slot in self._slots)
+
+    def stats(self) -> dict[str, float]:
+        """Totals since construction: chunks requested, chunks and env steps received, chunks
+        lost to dead actors, actor deaths, seconds waited in ``recv``, actors alive, weights
+        version. ``requests == chunks + chunks_lost + pending()`` always holds."""
+        out = dict(self._stats)
+        out["actors_alive"] = float(len(self._live()))
+        out["version"] = float(self._version)
+        return out
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.ClosedError("this RaySampler is closed; create a new one.")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Asks each actor to close its VecSampler, then kills it for good. Idempotent."""
+        slots = getattr(self, "_slots", [])
+        self._closed = True
+        for slot in slots:
+            # Not ray.cancel: cancelling queued actor tasks stalled the close() queued behind
+            # them for the whole timeout (Ray 2.60); the chunks in flight just finish unread.
+            slot.pending.clear()
+        closing = [s.handle.close.remote() for s in slots if s.alive]
+        if closing:
+            with contextlib.suppress(RayActorError):
+                ray.wait(closing, num_returns=len(closing), timeout=timeout)
+        for slot in slots:
+            ray.kill(slot.handle, no_restart=True)
+            slot.alive = False
+
+    def __enter__(self) -> RaySampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"RaySampler({self.num_actors} actors x {self.envs_per_actor} envs, "
+                f"chunk_length={self.chunk_length}, version={self._version}, {state})")
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise errors.ConfigError(f"{name} must be an int >= 1, got {value!r}.")
+    return value
+
+
+def _non_negative(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise errors.ConfigError(f"{name} must be an int >= 0, got {value!r}.")
+    return value
+
+
+def _num_actors(num_actors: int | None) -> int:
+    """Default: one actor per alive node of the cluster."""
+    if num_actors is None:
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        return max(1, len([node for node in nodes if node.get("Alive")]))
+    return _positive(num_actors, "num_actors")
+
+
+def _actor_seeds(seed: int | None, count: int) -> list[int | None]:
+    """Actor i gets child i of ``SeedSequence(seed)``; its sampler spawns per-env seeds from it."""
+    if seed is None:
+        return [None] * count
+    children = np.random.SeedSequence(check_seed(seed)).spawn(count)
+    return [int(c.generate_state(1, dtype=np.uint32)[0]) for c in children]

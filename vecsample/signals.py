@@ -1,0 +1,69 @@
+"""SIGTERM closes every open sampler cleanly; SIGINT stays Python's KeyboardInterrupt.
+
+SIGINT: Python raises KeyboardInterrupt in the main thread; the sampler's state stays consistent
+at every point, workers ignore SIGINT (they get it too on Ctrl-C), and ``with`` blocks or the
+finalizer close the sampler as the exception unwinds. A trainer that catches KeyboardInterrupt
+to save a checkpoint keeps a working sampler.
+
+SIGTERM: its default action kills the process with no cleanup. When the handler is still the
+default, the first sampler installs one that closes every open sampler (workers exit through
+CLOSE, closing their envs), restores the default action and sends SIGTERM to the process again,
+so it ends exactly as an uncaught SIGTERM would (exit status -15), not through ``sys.exit``
+raised at an arbitrary point of the interrupted code. A handler the user installed is never
+replaced; it then owns closing the samplers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import weakref
+from types import FrameType
+from typing import Protocol
+
+#: Seconds each worker gets to exit on SIGTERM before it is terminated.
+SIGTERM_CLOSE_TIMEOUT = 1.0
+
+
+class Closable(Protocol):
+    def close(self, timeout: float = ...) -> None: ...
+
+
+_open: weakref.WeakSet[Closable] = weakref.WeakSet()
+_installed_in: int | None = None  # the pid that installed the handler (fork copies the flag)
+
+
+def register(sampler: Closable) -> None:
+    """Tracks ``sampler`` until it is closed, installing the SIGTERM handler if still default."""
+    _open.add(sampler)
+    _install()
+
+
+def unregister(sampler: Closable) -> None:
+    _open.discard(sampler)
+
+
+def installed() -> bool:
+    """Whether this process's SIGTERM handler is vecsample's."""
+    return _installed_in == os.getpid() and signal.getsignal(signal.SIGTERM) is _on_sigterm
+
+
+def _install() -> None:
+    global _installed_in
+    if installed() or threading.current_thread() is not threading.main_thread():
+        return  # signal.signal only works in the main thread
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the user's handler (or SIG_IGN) wins
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _installed_in = os.getpid()
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    if _installed_in == os.getpid():
+        for sampler in list(_open):
+            sampler.close(timeout=SIGTERM_CLOSE_TIMEOUT)
+    # Die of the signal itself, as with no handler: kill() to ourselves delivers it before it
+    # returns, so the interrupted code never resumes with half-closed samplers.
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
