@@ -279,7 +279,7 @@ class Rollout:
         self._started = True
 
     def _rows(self, workers: list[int]) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
-        """The observations of ``workers``' envs at their positions, as one batch."""
+        """The observations of ``workers``' envs (ascending) at their positions, as one batch."""
         spans = []
         for w in workers:
             ids = self.sampler.worker_env_ids(w)
@@ -290,6 +290,9 @@ class Rollout:
         return torch.cat([self.batch.obs[t, lo:hi] for t, lo, hi in spans]), spans
 
     def _act_and_send(self, workers: list[int]) -> None:
+        # Results arrive in any order; in env order, the i-th output row belongs to the i-th
+        # env of the spans, and a full batch is exactly the storage row.
+        workers = sorted(workers)
         obs, spans = self._rows(workers)
         with self.timer.phase("inference"):
             out = self._call_act(obs.to(self.rollout_device, non_blocking=obs.is_pinned()))
