@@ -377,6 +377,7 @@ def _train(args: Args, envs: VectorEnv, run_dir: Path) -> dict[str, Any]:
                     [ep.step, f"{ep.ret:.3f}", ep.length, f"{time.perf_counter() - start:.2f}"]
                 )
             seen = len(rollout.episodes)
+            f.flush()  # a long run's curve can be read while it runs
             bar.update(batch_rows)
             solved = (
                 args.solved_return is not None

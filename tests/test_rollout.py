@@ -107,6 +107,13 @@ def test_full_batches_fill_the_hand_checked_rows(counting: VecSampler) -> None:
     assert stats["workers_received"] == stats["recvs"] * 2  # every recv was a full batch
 
 
+def test_full_batches_arriving_out_of_worker_order_fill_the_right_rows(uneven: VecSampler) -> None:
+    """Worker 1 (fast) is received before worker 0 (slow): outputs must still go to their envs."""
+    rollout = Rollout(uneven, CountingPolicy(), T, device="cpu")
+    rollout.collect()
+    _assert_hand_checked(rollout)
+
+
 def test_partial_batches_fill_the_same_rows(uneven: VecSampler) -> None:
     rollout = Rollout(uneven, CountingPolicy(), T, device="cpu", timeout=0.0)
     rollout.collect()
