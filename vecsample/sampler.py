@@ -299,9 +299,7 @@ class VecSampler:
         window_end: float | None = None
         while waiting:
             until = _earliest(deadline_at, window_end)
-            ready = _wait([*waiting, *(self._procs[w].sentinel for w in waiting.values())],
-                          None if until is None else max(0.0, until - time.monotonic()),
-                          self.spin_s)
+            ready = self._wait_any(waiting, None if until is None else until - time.monotonic())
             if not ready:
                 if window_end is not None and time.monotonic() >= window_end:
                     break
@@ -334,6 +332,11 @@ class VecSampler:
                 raise self._died(w, "STEP", results)
             del waiting[conn]
             results.append(self._read_step(w, copy, results))
+
+    def _wait_any(self, waiting: dict[Connection, int], timeout: float | None) -> list[Any]:
+        """The pipes and sentinels of ``waiting`` workers that are ready within ``timeout``."""
+        handles = [*waiting, *(self._procs[w].sentinel for w in waiting.values())]
+        return _wait(handles, None if timeout is None else max(0.0, timeout), self.spin_s)
 
     def _dead_in(self, ready: list[Any]) -> set[int]:
         sentinels = {p.sentinel: w for w, p in enumerate(self._procs)}
@@ -560,9 +563,8 @@ class VecSampler:
         waiting = {self._conns[w]: w for w in workers}
         deadline_at = None if limit is None else time.monotonic() + limit
         while waiting:
-            remaining = None if deadline_at is None else max(0.0, deadline_at - time.monotonic())
-            ready = wait([*waiting, *(self._procs[w].sentinel for w in waiting.values())],
-                         remaining)
+            remaining = None if deadline_at is None else deadline_at - time.monotonic()
+            ready = self._wait_any(waiting, remaining)
             if not ready:
                 # A late reply must never be read as the answer to a later call: the silent
                 # workers are marked failed (restart respawns them on a fresh pipe).

@@ -27,6 +27,7 @@ import numpy as np
 
 from vecsample.protocol import OK_MESSAGE, STEP_MESSAGE, AutoresetMode, Command, InfoRecord, Reply
 from vecsample.shm import SharedBuffers, Views
+from vecsample.spaces import flatten, unflatten
 
 EnvFn = Callable[[], gym.Env[Any, Any]]
 
@@ -165,32 +166,26 @@ class _Worker:
             AutoresetMode.DISABLED: self._step_disabled,
         }
         self.step_one = step_modes[spec.autoreset_mode]
-        self.write_obs, self.write_final = self._writers()
+        self.write_obs = self._writer(self.views.obs_leaves)
+        self.write_final = self._writer(self.views.final_obs_leaves)
 
-    def _writers(self) -> tuple[Callable[[int, Any], None], Callable[[int, Any], None]]:
+    def _writer(self, views: list[np.ndarray]) -> Callable[[int, Any], None]:
+        """``write(j, value)``: puts env j's (possibly nested) observation into ``views``."""
         space = self.spec.buffers.observation_space
-        obs, fin = self.views.obs_leaves, self.views.final_obs_leaves
         # The common case: one bare leaf (not a Dict/Tuple of one), one numpy row assignment.
-        if len(obs) == 1 and not self.spec.buffers.obs_leaves[0].path:
+        if len(views) == 1 and not self.spec.buffers.obs_leaves[0].path:
+            view = views[0]
 
             def write(j: int, value: Any) -> None:
-                obs[0][j] = value
+                view[j] = value
 
-            def write_final(j: int, value: Any) -> None:
-                fin[0][j] = value
-
-            return write, write_final
-        from vecsample.spaces import flatten
+            return write
 
         def write_nested(j: int, value: Any) -> None:
-            for view, part in zip(obs, flatten(space, value), strict=True):
-                view[j] = part
+            for leaf_view, part in zip(views, flatten(space, value), strict=True):
+                leaf_view[j] = part
 
-        def write_final_nested(j: int, value: Any) -> None:
-            for view, part in zip(fin, flatten(space, value), strict=True):
-                view[j] = part
-
-        return write_nested, write_final_nested
+        return write_nested
 
     def build(self) -> bool:
         try:
@@ -295,8 +290,6 @@ class _Worker:
         views = self.views.action_leaves
         if len(views) == 1 and not self.spec.buffers.action_leaves[0].path:
             return views[0]  # type: ignore[return-value]  # rows (or scalars) straight from shm
-        from vecsample.spaces import unflatten
-
         space = self.spec.buffers.action_space
         return [unflatten(space, (v[j] for v in views)) for j in range(self.count)]
 
