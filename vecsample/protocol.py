@@ -1,10 +1,12 @@
 """The parent–worker contract on one page: commands, replies, worker states, autoreset modes.
 
-Wire format (one duplex ``multiprocessing.Pipe`` per worker, see docs/architecture.md):
+Steps go through shared memory (``vecsample.handshake``): sequence counters, with pipes only as
+doorbells for a sleeping side, and a pickled ``(Reply.OK, infos)`` or ``(Reply.ERROR, report)``
+on the pipe after a step that has infos or failed. Every other command travels on one duplex
+``multiprocessing.Pipe`` per worker (see docs/architecture.md):
 
-* parent → worker: ``STEP_MESSAGE`` (one byte, no pickling) for the hot path; every other
-  command is a pickled ``(Command, payload)`` tuple.
-* worker → parent: ``OK_MESSAGE`` (one byte) when a step produced no infos; otherwise a pickled
+* parent → worker: a pickled ``(Command, payload)`` tuple (or ``handshake.DOORBELL``, a ring).
+* worker → parent: ``OK_MESSAGE`` (one byte) when a command returned nothing; otherwise a pickled
   ``(Reply, payload)`` tuple. A pickle always starts with ``0x80``, so it never collides with the
   one-byte messages.
 
@@ -56,7 +58,6 @@ class AutoresetMode(str, Enum):
     DISABLED = "Disabled"  # never reset; an ended env is frozen until reset() names it
 
 
-STEP_MESSAGE = b"\x01"
 OK_MESSAGE = b"\x00"
 
 #: Infos of one step, sparse: (local env index, step info, reset info or None).

@@ -29,9 +29,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample import errors, signals
+from vecsample import errors, handshake, signals
+from vecsample.handshake import DOORBELL, REPLY_MESSAGE, ParentSide
 from vecsample.profile import PhaseTimer
-from vecsample.protocol import OK_MESSAGE, STEP_MESSAGE, AutoresetMode, Command, Reply, WorkerState
+from vecsample.protocol import OK_MESSAGE, AutoresetMode, Command, Reply, WorkerState
 from vecsample.seeding import SeedArg, check_seed, env_seeds, resolve_seeds, restart_seed
 from vecsample.shm import STAT_FIELDS, SharedBuffers, Views
 from vecsample.spaces import check_action_leaf, copy_tree, flatten, leaves
@@ -39,9 +40,9 @@ from vecsample.worker import EnvFn, ErrorReport, WorkerSpec, worker_main
 
 #: Default whole-call deadline (seconds): no call blocks longer, even if a worker hangs.
 DEFAULT_DEADLINE = 300.0
-#: How long the parent and the workers poll before blocking on a pipe, when every worker can
-#: have a core of its own (µs). It skips scheduler wake-ups (docs/benchmarks.md: +15% on
-#: CartPole 2x64 here); with more workers than cores, spinning would steal their CPU.
+#: How long the parent and the workers poll the step handshake's counters before sleeping on a
+#: pipe, when every worker can have a core of its own (µs). It skips scheduler wake-ups (an IPI
+#: on a VM, docs/benchmarks.md); with more workers than cores, spinning would steal their CPU.
 AUTO_SPIN_US = 200.0
 #: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline.
 STARTUP_DEADLINE = 120.0
@@ -139,9 +140,14 @@ class VecSampler:
         self.phases = PhaseTimer()
         self._fns, self._infos, self._threads = fns, infos, threads_per_worker
         self._affinity = _affinity(cpu_affinity, self.num_workers)
+        self._ordered = handshake.ORDERED
+        self._ring_reader, self._ring_writer = handshake.ring_pipe(self._ctx)
+        self._hs = ParentSide(self._buffers.control(), self.num_workers, self._ring_reader,
+                              self.spin_s, self._ordered)
         self._procs, self._conns = self._start()
-        # The finalizer holds these two lists themselves: a restart replaces entries in place.
-        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, 1.0)
+        # The finalizer holds these lists themselves: a restart replaces entries in place.
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, 1.0,
+                                           [self._ring_reader, self._ring_writer])
         self._closed = False
         self._await_ready()
         signals.register(self)
@@ -163,7 +169,7 @@ class VecSampler:
             try:
                 proc, conn = self._spawn(w, conns)
             except errors.EnvFactoryError:
-                _shutdown(procs, conns, 1.0)
+                _shutdown(procs, conns, 1.0, [self._ring_reader, self._ring_writer])
                 raise
             procs.append(proc)
             conns.append(conn)
@@ -184,7 +190,11 @@ class VecSampler:
             cpu_affinity=self._affinity[w],
             parent_pid=os.getpid(),
             spin_s=self.spin_s,
-            inherited_conns=[*others, parent_end] if self.context == "fork" else [],
+            ring_writer=self._ring_writer,
+            ordered=self._ordered,
+            inherited_conns=(
+                [*others, parent_end, self._ring_reader] if self.context == "fork" else []
+            ),
         )
         # daemon=True: if the parent exits normally without close(), multiprocessing
         # terminates the workers instead of waiting on them forever at interpreter exit.
@@ -228,17 +238,27 @@ class VecSampler:
         for view, part in zip(self._views[w].action_leaves, parts, strict=True):
             np.copyto(view, part, casting="same_kind")
         self._send_step(w)
+        self._ring((w,))
         self._timers["send_s"] += time.perf_counter() - start
 
     def _send_step(self, w: int) -> None:
+        """Posts worker ``w``'s step; ``_ring`` must follow (one fence covers many posts)."""
         if self._flagged[w]:  # a restart's flags last until the worker's next step
             self._clear_restart_flags(w)
-        try:
-            self._conns[w].send_bytes(STEP_MESSAGE)
-        except OSError as exc:
-            self._states[w] = WorkerState.DEAD
-            raise self._died(w, "STEP", []) from exc
+        self._hs.post(w)
         self._states[w] = WorkerState.STEPPING
+
+    def _ring(self, workers: Sequence[int]) -> None:
+        """Wakes those of ``workers`` that sleep on their pipe (handshake.py)."""
+        handshake.fence()
+        for w in workers:
+            if not self._hs.wants_ring(w):
+                continue
+            try:
+                self._conns[w].send_bytes(DOORBELL)
+            except OSError as exc:
+                self._states[w] = WorkerState.DEAD
+                raise self._died(w, "STEP", []) from exc
 
     def step_recv(
         self, timeout: float | None = None, *, deadline: float | None = None, copy: bool = False
@@ -275,6 +295,7 @@ class VecSampler:
             np.copyto(view, part, casting="same_kind")
         for w in range(self.num_workers):
             self._send_step(w)
+        self._ring(range(self.num_workers))
         self._timers["send_s"] += time.perf_counter() - start
 
     def step(self, actions: Any, *, copy: bool = False) -> StepResult:
@@ -294,62 +315,54 @@ class VecSampler:
         self, pending: list[int], window: float | None, limit: float | None, copy: bool
     ) -> list[StepResult]:
         results: list[StepResult] = []
-        waiting = {self._conns[w]: w for w in pending}
+        waiting = set(pending)
         deadline_at = None if limit is None else time.monotonic() + limit
         window_end: float | None = None
         while waiting:
-            until = _earliest(deadline_at, window_end)
-            ready = self._wait_any(waiting, None if until is None else until - time.monotonic())
-            if not ready:
-                if window_end is not None and time.monotonic() >= window_end:
-                    break
-                if deadline_at is not None and time.monotonic() >= deadline_at:
-                    raise self._hung(sorted(waiting.values()), results)
+            ready = [w for w in self._hs.ready() if w in waiting]
+            if ready:
+                for w in ready:
+                    waiting.discard(w)
+                    results.append(self._read_step(w, copy, results))
+                if window is not None and window_end is None:
+                    window_end = time.monotonic() + window
                 continue
-            self._read_ready(ready, waiting, results, copy)
-            if window is not None and window_end is None:
-                window_end = time.monotonic() + window
+            now = time.monotonic()
+            if window_end is not None and now >= window_end:
+                break
+            if deadline_at is not None and now >= deadline_at:
+                raise self._hung(sorted(waiting), results)
+            until = _earliest(deadline_at, window_end)
+            sentinels = {self._procs[w].sentinel: w for w in waiting}
+            dead = self._hs.wait(None if until is None else until - now, sentinels)
+            self._check_dead(dead, results)
         return results
 
-    def _read_ready(
-        self,
-        ready: list[Any],
-        waiting: dict[Connection, int],
-        results: list[StepResult],
-        copy: bool,
-    ) -> None:
-        # Data before death: a worker that replied and then died still delivers its reply.
-        replied = {waiting[c] for c in ready if c in waiting}
-        dead = self._dead_in(ready) if len(replied) < len(ready) else set()
-        for w in sorted(replied | dead):
-            conn = self._conns[w]
-            if conn not in waiting:
-                continue
-            # Only a worker seen solely through its sentinel needs the extra poll: a readable
-            # pipe holds either its reply or EOF, which _read_step reports as a death.
-            if w not in replied and not conn.poll():
+    def _check_dead(self, dead: list[int], results: list[StepResult]) -> None:
+        # Data before death: a worker that finished its step and then died still delivers it.
+        finished = self._hs.ready()
+        for w in dead:
+            if w not in finished:
                 self._states[w] = WorkerState.DEAD
                 raise self._died(w, "STEP", results)
-            del waiting[conn]
-            results.append(self._read_step(w, copy, results))
 
     def _wait_any(self, waiting: dict[Connection, int], timeout: float | None) -> list[Any]:
         """The pipes and sentinels of ``waiting`` workers that are ready within ``timeout``."""
         handles = [*waiting, *(self._procs[w].sentinel for w in waiting.values())]
-        return _wait(handles, None if timeout is None else max(0.0, timeout), self.spin_s)
+        return _wait(handles, None if timeout is None else max(0.0, timeout))
 
     def _dead_in(self, ready: list[Any]) -> set[int]:
         sentinels = {p.sentinel: w for w, p in enumerate(self._procs)}
         return {sentinels[r] for r in ready if isinstance(r, int) and r in sentinels}
 
     def _read_step(self, w: int, copy: bool, results: list[StepResult]) -> StepResult:
-        try:
-            message = self._conns[w].recv_bytes()
-        except (EOFError, OSError) as exc:
-            self._states[w] = WorkerState.DEAD
-            raise self._died(w, "STEP", results) from exc
         records = None
-        if message != OK_MESSAGE:
+        if self._hs.received(w) == REPLY_MESSAGE:
+            try:
+                message = self._conns[w].recv_bytes()
+            except (EOFError, OSError) as exc:
+                self._states[w] = WorkerState.DEAD
+                raise self._died(w, "STEP", results) from exc
             tag, payload = pickle.loads(message)
             if tag is Reply.ERROR:
                 self._states[w] = WorkerState.FAILED
@@ -438,6 +451,7 @@ class VecSampler:
         """Kills what is left of worker ``w``, starts a fresh one on a fresh pipe (so no stale
         reply can ever be read), re-seeds its envs and flags their rows."""
         _shutdown([self._procs[w]], [self._conns[w]], 0.0)
+        self._hs.reset_worker(w)
         others = [c for i, c in enumerate(self._conns) if i != w]
         self._procs[w], self._conns[w] = self._spawn(w, others)
         self._states[w] = WorkerState.BUSY
@@ -695,7 +709,7 @@ class VecSampler:
         self._states = [WorkerState.CLOSED] * self.num_workers
         self._finalizer.detach()
         signals.unregister(self)
-        _shutdown(self._procs, self._conns, timeout)
+        _shutdown(self._procs, self._conns, timeout, [self._ring_reader, self._ring_writer])
 
     def __enter__(self) -> VecSampler:
         return self
@@ -712,8 +726,11 @@ class VecSampler:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _shutdown(procs: list[Any], conns: list[Connection], timeout: float) -> None:
-    """Asks every worker to exit, then terminates and kills what is left. Always returns."""
+def _shutdown(
+    procs: list[Any], conns: list[Connection], timeout: float, more: Sequence[Connection] = ()
+) -> None:
+    """Asks every worker to exit, then terminates and kills what is left, then closes the
+    pipes (``more``: the doorbell pipe's ends). Always returns."""
     close_message = pickle.dumps((Command.CLOSE, None))
     for conn in conns:
         with contextlib.suppress(OSError, ValueError):  # already dead or closed: nothing to ask
@@ -724,7 +741,7 @@ def _shutdown(procs: list[Any], conns: list[Connection], timeout: float) -> None
         proc.join(max(0.0, end - time.monotonic()))
     for proc in started:
         _stop(proc)
-    for conn in conns:
+    for conn in [*conns, *more]:
         conn.close()
     for proc in started:
         proc.close()
@@ -904,14 +921,13 @@ def _dumps(command: Command, payload: Any) -> bytes:
         ) from exc
 
 
-def _wait(objects: list[Any], timeout: float | None, spin: float = 0.0) -> list[Any]:
+def _wait(objects: list[Any], timeout: float | None) -> list[Any]:
     """``multiprocessing.connection.wait`` for pipes and sentinels, at a quarter of the cost.
 
     ``wait`` builds a ``selectors`` object and registers every handle through it on each call:
-    ~12 µs for two workers (two pipes, two sentinels), on the step's critical path while every
-    worker is idle. A bare ``select.poll`` does the same in ~3 µs (timeit, docs/benchmarks.md),
-    with the same millisecond rounding of the timeout and the same rule that any event (data,
-    hang-up, error) makes a handle ready.
+    ~12 µs for two workers (two pipes, two sentinels). A bare ``select.poll`` does the same in
+    ~3 µs (timeit, docs/benchmarks.md), with the same millisecond rounding of the timeout and
+    the same rule that any event (data, hang-up, error) makes a handle ready.
     """
     if not hasattr(select, "poll"):  # Windows
         return wait(objects, timeout)
@@ -921,28 +937,8 @@ def _wait(objects: list[Any], timeout: float | None, spin: float = 0.0) -> list[
         fd = obj if isinstance(obj, int) else obj.fileno()
         by_fd[fd] = obj
         poller.register(fd, select.POLLIN)
-    events = _spin_poll(poller, spin, timeout)
-    if events is None:
-        remaining = None if timeout is None else max(0.0, timeout - spin)
-        events = poller.poll(None if remaining is None else math.ceil(remaining * 1e3))
+    events = poller.poll(None if timeout is None else math.ceil(timeout * 1e3))
     return [by_fd[fd] for fd, _ in events]
-
-
-def _spin_poll(poller: Any, spin: float, timeout: float | None) -> list[Any] | None:
-    """Polls without blocking for up to ``spin`` seconds (yielding the core between polls).
-
-    A parent that stays runnable for a moment is not woken through the scheduler when the
-    worker answers; that wake-up costs tens of µs on a VM. None: nothing came, block now.
-    """
-    if spin <= 0 or timeout == 0:
-        return None
-    end = time.perf_counter() + (spin if timeout is None else min(spin, timeout))
-    while time.perf_counter() < end:
-        events: list[Any] = poller.poll(0)
-        if events:
-            return events
-        os.sched_yield()
-    return None
 
 
 def _spin_seconds(spin_us: float | None, num_workers: int) -> float:

@@ -4,7 +4,7 @@ Why RawArray and not ``multiprocessing.shared_memory.SharedMemory``: a RawArray 
 anonymous arena whose /dev/shm file is unlinked the moment it is created, so nothing is left
 behind when a process is SIGKILLed. A named SharedMemory block leaks until someone unlinks it.
 Why no lock: each worker writes only its own rows, and the parent reads them only after the
-worker's reply arrived on the pipe, which orders the accesses.
+worker published the end of its step (vecsample/handshake.py), which orders the accesses.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from vecsample.handshake import CONTROL_WORDS, control_rows
 from vecsample.spaces import Leaf, leaves, unflatten
 
 #: Per-worker profile counters kept in shared memory (seconds stepping envs, env steps done).
@@ -75,6 +76,8 @@ class SharedBuffers:
         for name in ("terminated", "truncated", "has_final_obs", "restarted"):
             raws[name] = _raw(n)
         raws["stats"] = _raw(self.num_workers * len(STAT_FIELDS) * 8)
+        # int64 elements, so the words the step handshake polls are 8-byte aligned (atomic).
+        raws["control"] = RawArray(ctypes.c_int64, control_rows(self.num_workers) * CONTROL_WORDS)
         self.raws = raws
 
     def views(self, lo: int = 0, hi: int | None = None) -> Views:
@@ -100,6 +103,11 @@ class SharedBuffers:
             has_final_obs=_view(self.raws["has_final_obs"], flag, (n,))[lo:hi],
             restarted=_view(self.raws["restarted"], flag, (n,))[lo:hi],
         )
+
+    def control(self) -> np.ndarray:
+        """The step handshake's (num_workers + 1, CONTROL_WORDS) int64 words (handshake.py)."""
+        shape = (control_rows(self.num_workers), CONTROL_WORDS)
+        return _view(self.raws["control"], np.dtype(np.int64), shape)
 
     def stats(self) -> np.ndarray:
         """The (num_workers, len(STAT_FIELDS)) float64 counters, written by the workers."""

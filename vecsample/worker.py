@@ -25,7 +25,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample.protocol import OK_MESSAGE, STEP_MESSAGE, AutoresetMode, Command, InfoRecord, Reply
+from vecsample.handshake import REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
+from vecsample.protocol import OK_MESSAGE, AutoresetMode, Command, InfoRecord, Reply
 from vecsample.shm import SharedBuffers, Views
 from vecsample.spaces import flatten, unflatten
 
@@ -52,8 +53,12 @@ class WorkerSpec:
     # Under fork the child inherits the parent's ends of the other workers' pipes; it closes
     # them so a worker sees EOF as soon as the parent is gone.
     inherited_conns: list[Connection] = field(default_factory=list)
-    #: Seconds to poll for the next command before blocking on the pipe (see _spin).
+    #: Seconds to poll for the next step or command before sleeping (handshake.WorkerSide).
     spin_s: float = 0.0
+    #: The write end of the parent's doorbell pipe (handshake.py); None only in unit tests.
+    ring_writer: Connection | None = None
+    #: handshake.ORDERED as the parent saw it (tests force the unordered protocol through it).
+    ordered: bool = True
 
 
 @dataclass
@@ -166,8 +171,19 @@ class _Worker:
             AutoresetMode.DISABLED: self._step_disabled,
         }
         self.step_one = step_modes[spec.autoreset_mode]
+        self.side = self._side()
         self.write_obs = self._writer(self.views.obs_leaves)
         self.write_final = self._writer(self.views.final_obs_leaves)
+
+    def _side(self) -> WorkerSide | None:
+        if self.spec.ring_writer is None:
+            return None
+        ring_fd = self.spec.ring_writer.fileno()
+        # A full doorbell pipe already wakes the parent: a ring must never block a worker.
+        os.set_blocking(ring_fd, False)
+        control = self.spec.buffers.control()
+        return WorkerSide(control, self.spec.index, self.conn, ring_fd, self.spec.spin_s,
+                          self.spec.ordered)
 
     def _writer(self, views: list[np.ndarray]) -> Callable[[int, Any], None]:
         """``write(j, value)``: puts env j's (possibly nested) observation into ``views``."""
@@ -215,31 +231,43 @@ class _Worker:
                     f"{buffers.action_space} (the first env's); all envs must match."
                 )
 
-    def _spin(self) -> None:
-        # Spin-then-block: polling for a moment keeps this vCPU awake and hot, so the parent's
-        # next command finds us running instead of paying a wake-up (an IPI on a VM) and cold
-        # caches. sched_yield hands the core to the parent if it is runnable here.
-        end = time.perf_counter() + self.spec.spin_s
-        poll = self.conn.poll
-        while time.perf_counter() < end and not poll():
-            os.sched_yield()
-
     def serve(self) -> None:
+        assert self.side is not None
         while True:
-            if self.spec.spin_s > 0:
-                self._spin()
             try:
-                message = self.conn.recv_bytes()
+                message = self.side.next_message()
             except (EOFError, OSError):
                 break  # the parent is gone: exit quietly
-            if message == STEP_MESSAGE:
-                self._run(Command.STEP, self._step, None)
+            if message is None:
+                self._step_posted()
                 continue
             command, payload = pickle.loads(message)
             if command is Command.CLOSE:
                 break
             self._run(command, self.handlers[command], payload)
         self._close_envs()
+
+    def _step_posted(self) -> None:
+        """A step posted through shared memory: step, publish, then send infos if any."""
+        assert self.side is not None
+        try:
+            records = self._step(None)
+            message = None if records is None else self._dumps_infos(records)
+        except Exception:
+            self.side.finish(REPLY_MESSAGE)
+            self._send_error("STEP")
+            return
+        self.side.finish(REPLY_PLAIN if message is None else REPLY_MESSAGE)
+        if message is not None:
+            # Sent after the step is published: a large pickle may need the parent reading.
+            self.conn.send_bytes(message)
+
+    @staticmethod
+    def _dumps_infos(records: list[InfoRecord]) -> bytes:
+        try:
+            return pickle.dumps((Reply.OK, records), pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise TypeError(f"the step's infos cannot be pickled to the parent: {exc}") from exc
 
     def _run(self, command: Command, handler: Callable[[Any], Any], payload: Any) -> None:
         try:

@@ -1,0 +1,122 @@
+"""The step handshake (vecsample/handshake.py): counters in shared memory, pipes as doorbells.
+
+Each test drives the paths that do not show in a plain benchmark: both sides asleep on every
+step (spinning off), the unordered protocol of non-x86 platforms, infos larger than a pipe
+buffer, and infos that cannot be pickled.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vecsample import errors, handshake
+from vecsample.testing import CountingEnv, DyingEnv, SlowEnv, fns
+
+
+def ones(n: int) -> np.ndarray:
+    return np.ones(n, dtype=np.int64)
+
+
+def mixed_rounds(sampler: Any, workers: int, per: int, rounds: int, seed: int = 0) -> int:
+    """Random partial and full recvs; checks every env's step counter. Returns partial rounds."""
+    rng = np.random.default_rng(seed)
+    sent = np.zeros(workers, dtype=int)
+    for w in range(workers):
+        sampler.step_send(w, ones(per))
+        sent[w] += 1
+    partial = 0
+    for _ in range(rounds):
+        results = sampler.step_recv([None, 0.0, 1e-4][rng.integers(3)])
+        partial += len(results) < workers
+        for r in results:
+            np.testing.assert_array_equal(r.obs[:, 1], sent[r.worker])
+            sampler.step_send(r.worker, ones(per))
+            sent[r.worker] += 1
+    for r in sampler.step_recv(None):
+        np.testing.assert_array_equal(r.obs[:, 1], sent[r.worker])
+    assert sampler.stats()["env_steps"] == sent.sum() * per
+    return partial
+
+
+@pytest.mark.parametrize("spin_us", [0, 30])
+def test_no_wake_up_is_lost(make_sampler, monkeypatch, spin_us):
+    """With sleeps made 60 s long, one lost ring would blow the 10 s deadline.
+
+    ``spin_us=0`` puts both sides to sleep on every step, so each step needs a ring both ways;
+    the envs' random 0-60 µs sleeps move the race between "going to sleep" and "posting".
+    fork carries the patched MAX_SLEEP into the workers.
+    """
+    monkeypatch.setattr(handshake, "MAX_SLEEP", 60.0)
+    s = make_sampler(fns(SlowEnv, 4, step_time=3e-5, tail="uniform", spread=1.0),
+                     num_workers=2, infos=False, context="fork", spin_us=spin_us, deadline=10.0)
+    s.reset()
+    mixed_rounds(s, workers=2, per=2, rounds=1500)
+
+
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_unordered_platform_protocol(make_sampler, monkeypatch, context):
+    """The protocol used off x86: every post and reply rings, readiness comes from the rings."""
+    monkeypatch.setattr(handshake, "ORDERED", False)
+    s = make_sampler(fns(SlowEnv, 6, step_time=2e-5, tail="uniform", spread=1.0),
+                     num_workers=3, infos=False, context=context)
+    assert not s._ordered
+    s.reset()
+    assert mixed_rounds(s, workers=3, per=2, rounds=600) > 20
+
+
+class BigInfoEnv(CountingEnv):
+    """Every step's info holds ``size`` bytes: far more than a pipe buffer holds."""
+
+    def __init__(self, env_index: int = 0, size: int = 1 << 21) -> None:
+        super().__init__(env_index=env_index, length=1000)
+        self.size = size
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"blob": bytes([self.env_index]) * self.size}
+
+
+def test_infos_larger_than_a_pipe_buffer_arrive(make_sampler):
+    s = make_sampler(fns(BigInfoEnv, 4), num_workers=2, deadline=30.0)
+    s.reset()
+    for _ in range(3):
+        r = s.step(ones(4))
+        assert sorted(r.infos) == [0, 1, 2, 3]
+        for i, info in r.infos.items():
+            assert info["blob"] == bytes([i]) * (1 << 21)
+
+
+class LambdaInfoEnv(CountingEnv):
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"fn": lambda: None}
+
+
+def test_unpicklable_infos_are_a_typed_error_not_a_hang(make_sampler):
+    s = make_sampler([functools.partial(LambdaInfoEnv, env_index=i) for i in range(2)],
+                     num_workers=2, deadline=10.0)
+    s.reset()
+    with pytest.raises(errors.WorkerError, match="cannot be pickled") as info:
+        s.step(ones(2))
+    assert info.value.command == "STEP"
+    with pytest.raises(errors.PendingCallError):
+        s.step(ones(2))  # the failed worker is not silently reused
+
+
+def test_restart_resets_the_counters(make_sampler):
+    """A respawned worker starts at the parent's counter, so its first step is a fresh one."""
+    s = make_sampler(fns(DyingEnv, 2, at_step=3, bad_index=1), num_workers=2, restart=True,
+                     max_restarts=4)
+    s.reset()
+    seen_restart = False
+    for _ in range(8):
+        r = s.step(ones(2))
+        seen_restart |= bool(r.restarted.any())
+    assert seen_restart
+    control = s._buffers.control()
+    # Every posted step finished: DONE caught up with SEQ on both workers.
+    np.testing.assert_array_equal(control[:2, handshake.DONE], control[:2, handshake.SEQ])

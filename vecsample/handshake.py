@@ -1,0 +1,240 @@
+"""The step handshake: sequence counters in shared memory, pipes only as doorbells.
+
+A step never needs a system call while both sides are awake. The parent writes the actions,
+then bumps the worker's ``SEQ`` word; the worker, polling that word, steps its envs, writes the
+results, then sets ``DONE`` to the same number. A side that found nothing for ``spin_s`` goes to
+sleep on a pipe and says so in its ``SLEEPING`` word; the other side then rings it with one
+write. Commands other than STEP (reset, call, close, ...) still travel on the worker's pipe.
+
+Lost wake-ups: the sleeper writes ``SLEEPING`` and then reads the counter; the poster writes the
+counter and then reads ``SLEEPING``. Each side puts a full memory fence between its write and its
+read, so at least one of them sees the other's write (Dekker's argument). Sleeps are still
+bounded by ``MAX_SLEEP`` as a second line of defence, so a missed ring costs at most that long.
+
+Memory order: on x86 (TSO) stores become visible in program order and loads are not reordered
+with other loads, so a reader that sees the new counter also sees the data written before it.
+Elsewhere (``ORDERED`` false) nothing is read from the counters before a ring arrived: every
+post and every reply rings, and readiness comes from the rings, whose kernel round trip orders
+the memory. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import select
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+#: Words per control row (int64). The parent writes words 0..7 and the worker 8..15, so with a
+#: 64-byte aligned base the two sides never write the same cache line.
+CONTROL_WORDS = 16
+SEQ = 0  # parent -> worker: number of the last step posted
+DONE = 8  # worker -> parent: number of the last step finished
+REPLY = 9  # worker -> parent: REPLY_PLAIN, or REPLY_MESSAGE when a pickle follows on the pipe
+SLEEPING = 10  # worker -> parent: 1 while the worker blocks on its pipe
+PARENT_SLEEPING = 0  # in the extra last row: 1 while the parent blocks on the doorbell pipe
+
+REPLY_PLAIN = 0
+REPLY_MESSAGE = 1
+
+#: The parent's one-byte ring on a worker's pipe. Pickles start with 0x80, so it never collides.
+DOORBELL = b"\x01"
+#: Longest single sleep (seconds) before the sleeper re-reads the counters anyway.
+MAX_SLEEP = 0.05
+
+#: True where stores are seen in program order (x86 TSO); see the module docstring.
+ORDERED = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}
+
+_fence_lock = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory fence: an uncontended lock's atomic read-modify-write (``lock cmpxchg`` on
+    x86) drains the store buffer, which is what Dekker's argument needs. About 0.1 µs."""
+    _fence_lock.acquire()
+    _fence_lock.release()
+
+
+def control_rows(num_workers: int) -> int:
+    """Rows of the control array: one per worker and one for the parent."""
+    return num_workers + 1
+
+
+class WorkerSide:
+    """A worker's end: waits for a posted step or a command, publishes the end of a step."""
+
+    def __init__(self, control: np.ndarray, index: int, conn: Connection, ring_fd: int,
+                 spin_s: float, ordered: bool) -> None:
+        self.row = control[index]
+        self.parent_row = control[-1]
+        self.conn = conn
+        self.ring_fd = ring_fd
+        self.ring = int(index).to_bytes(4, "little")
+        self.spin_s = spin_s if ordered else 0.0
+        self.ordered = ordered
+        self.seen = int(self.row[SEQ])  # a restarted worker starts at the counter it finds
+
+    def next_message(self) -> bytes | None:
+        """None when a step was posted, else the next command message (EOFError: parent gone)."""
+        if self.spin_s > 0:
+            found, message = self._spin()
+            if found:
+                return message
+        return self._sleep()
+
+    def _posted(self) -> bool:
+        if self.row[SEQ] == self.seen:
+            return False
+        self.seen = int(self.row[SEQ])
+        return True
+
+    def _spin(self) -> tuple[bool, bytes | None]:
+        """(True, None): a step; (True, message): a command; (False, None): nothing came."""
+        end = time.perf_counter() + self.spin_s
+        poll = self.conn.poll
+        while True:
+            if self._posted():
+                return True, None
+            if poll():
+                message = self.conn.recv_bytes()
+                if message != DOORBELL:
+                    return True, message
+            elif time.perf_counter() >= end:
+                return False, None
+            # Hands this core to the parent if it is runnable here (2 cores, 3 processes).
+            os.sched_yield()
+
+    def _sleep(self) -> bytes | None:
+        self.row[SLEEPING] = 1
+        fence()
+        try:
+            while True:
+                if self.ordered and self._posted():
+                    return None
+                if not self.conn.poll(MAX_SLEEP):
+                    continue
+                message = self.conn.recv_bytes()
+                if message != DOORBELL:
+                    return message
+                if not self.ordered and self._posted():  # the ring's read ordered the memory
+                    return None
+        finally:
+            self.row[SLEEPING] = 0
+
+    def finish(self, reply: int) -> None:
+        """Publishes the end of step ``seen``; the results must already be in shared memory."""
+        self.row[REPLY] = reply
+        self.row[DONE] = self.seen
+        fence()
+        if not self.ordered or self.parent_row[PARENT_SLEEPING]:
+            # A full pipe already wakes the parent; a broken one has no parent left to wake.
+            with contextlib.suppress(BlockingIOError, BrokenPipeError):
+                os.write(self.ring_fd, self.ring)
+
+
+class ParentSide:
+    """The parent's end: posts steps, rings sleeping workers, waits for finished steps."""
+
+    def __init__(self, control: np.ndarray, num_workers: int, ring_reader: Connection,
+                 spin_s: float, ordered: bool) -> None:
+        self.control = control
+        self.done = control[:num_workers, DONE]
+        self.row_parent = control[-1]
+        self.ring_reader = ring_reader
+        self.ring_fd = ring_reader.fileno()
+        os.set_blocking(self.ring_fd, False)
+        self.spin_s = spin_s if ordered else 0.0
+        self.ordered = ordered
+        #: The step number each worker is expected to finish; -1 when none is in flight.
+        self.expect = np.full(num_workers, -1, dtype=np.int64)
+        self.seq = [int(s) for s in control[:num_workers, SEQ]]
+        self.rung: set[int] = set()  # unordered platforms: workers whose ring was read
+
+    def post(self, w: int) -> None:
+        """Starts step number seq+1 on worker ``w`` (its actions are already written)."""
+        seq = self.seq[w] + 1
+        self.seq[w] = seq
+        self.expect[w] = seq
+        self.control[w, SEQ] = seq
+
+    def wants_ring(self, w: int) -> bool:
+        """After ``fence()``: whether worker ``w`` sleeps and must be rung through its pipe."""
+        return not self.ordered or bool(self.control[w, SLEEPING])
+
+    def ready(self) -> list[int]:
+        """Workers whose expected step is finished (without waiting)."""
+        if self.ordered:
+            found = np.flatnonzero(self.done == self.expect)
+            return found.tolist() if found.size else []
+        return sorted(w for w in self.rung if self.done[w] == self.expect[w])
+
+    def received(self, w: int) -> int:
+        """Marks worker ``w``'s step as read; returns its reply kind."""
+        self.expect[w] = -1
+        self.rung.discard(w)
+        return int(self.control[w, REPLY])
+
+    def reset_worker(self, w: int) -> None:
+        """Before a restart: nothing in flight, counters equal, so the new worker starts clean."""
+        self.control[w, DONE] = self.seq[w]
+        self.control[w, SLEEPING] = 0
+        self.expect[w] = -1
+        self.rung.discard(w)
+
+    def wait(self, timeout: float | None, sentinels: dict[int, int]) -> list[int]:
+        """Returns when a step finished, a worker died or ``timeout`` passed; the dead workers
+        (by ``sentinels``: fd -> worker) are returned, their steps still to be checked."""
+        if self.ready():
+            return []
+        if self.spin_s > 0 and timeout != 0 and self._spin(timeout):
+            return []
+        return self._sleep(timeout, sentinels)
+
+    def _spin(self, timeout: float | None) -> bool:
+        end = time.perf_counter() + (self.spin_s if timeout is None
+                                     else min(self.spin_s, timeout))
+        while time.perf_counter() < end:
+            # Yields first: the worker we wait for may be runnable on this very core.
+            os.sched_yield()
+            if self.ready():
+                return True
+        return False
+
+    def _sleep(self, timeout: float | None, sentinels: dict[int, int]) -> list[int]:
+        poller = select.poll()
+        poller.register(self.ring_fd, select.POLLIN)
+        for fd in sentinels:
+            poller.register(fd, select.POLLIN)
+        self.row_parent[PARENT_SLEEPING] = 1
+        fence()
+        try:
+            if self.ready():
+                return []
+            limit = MAX_SLEEP if timeout is None else min(max(timeout, 0.0), MAX_SLEEP)
+            events = poller.poll(math.ceil(limit * 1e3))
+        finally:
+            self.row_parent[PARENT_SLEEPING] = 0
+        self._drain()
+        return [sentinels[fd] for fd, _ in events if fd in sentinels]
+
+    def _drain(self) -> None:
+        try:
+            data = os.read(self.ring_fd, 65536)
+        except BlockingIOError:
+            return
+        if not self.ordered:
+            self.rung.update(int.from_bytes(data[i:i + 4], "little")
+                             for i in range(0, len(data) - 3, 4))
+
+
+def ring_pipe(ctx: Any) -> tuple[Connection, Connection]:
+    """The workers' shared doorbell to the parent: (parent's reader, workers' writer)."""
+    reader, writer = ctx.Pipe(duplex=False)
+    return reader, writer
