@@ -35,7 +35,7 @@ from vecsample.profile import PhaseTimer
 from vecsample.protocol import OK_MESSAGE, AutoresetMode, Command, Reply, WorkerState
 from vecsample.seeding import SeedArg, check_seed, env_seeds, resolve_seeds, restart_seed
 from vecsample.shm import STAT_FIELDS, SharedBuffers, Views
-from vecsample.spaces import check_action_leaf, copy_tree, flatten, leaves
+from vecsample.spaces import bounds_checker, check_action_leaf, copy_tree, flatten, leaves
 from vecsample.worker import EnvFn, ErrorReport, WorkerSpec, worker_main
 
 #: Default whole-call deadline (seconds): no call blocks longer, even if a worker hangs.
@@ -131,6 +131,8 @@ class VecSampler:
         self.single_observation_space = obs_space
         self.single_action_space = act_space
         self._action_leaves = leaves(act_space)
+        self._action_bounds = [bounds_checker(leaf) if self.check_actions else None
+                               for leaf in self._action_leaves]
         self._buffers = SharedBuffers(obs_space, act_space, self.num_envs, self.num_workers)
         self._all: Views = self._buffers.views()
         self._views = [self._buffers.views(*self._bounds(w)) for w in range(self.num_workers)]
@@ -319,9 +321,9 @@ class VecSampler:
         deadline_at = None if limit is None else time.monotonic() + limit
         window_end: float | None = None
         while waiting:
-            ready = [w for w in self._hs.ready() if w in waiting]
+            ready = self._hs.ready(waiting)
             if ready:
-                for w in ready:
+                for w in sorted(ready):
                     waiting.discard(w)
                     results.append(self._read_step(w, copy, results))
                 if window is not None and window_end is None:
@@ -334,13 +336,13 @@ class VecSampler:
                 raise self._hung(sorted(waiting), results)
             until = _earliest(deadline_at, window_end)
             sentinels = {self._procs[w].sentinel: w for w in waiting}
-            dead = self._hs.wait(None if until is None else until - now, sentinels)
+            dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
             self._check_dead(dead, results)
         return results
 
     def _check_dead(self, dead: list[int], results: list[StepResult]) -> None:
         # Data before death: a worker that finished its step and then died still delivers it.
-        finished = self._hs.ready()
+        finished = self._hs.ready(dead)
         for w in dead:
             if w not in finished:
                 self._states[w] = WorkerState.DEAD
@@ -662,8 +664,9 @@ class VecSampler:
 
     def _check_actions(self, actions: Any, batch: int) -> list[np.ndarray]:
         parts = flatten(self.single_action_space, actions)
-        return [check_action_leaf(leaf, part, batch, self.check_actions)
-                for leaf, part in zip(self._action_leaves, parts, strict=True)]
+        return [check_action_leaf(leaf, part, batch, bounds)
+                for leaf, part, bounds in zip(self._action_leaves, parts, self._action_bounds,
+                                              strict=True)]
 
     def _died(self, w: int, command: str, results: list[Any]) -> errors.WorkerDiedError:
         proc = self._procs[w]

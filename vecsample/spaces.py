@@ -129,31 +129,54 @@ def copy_tree(tree: Any) -> Any:
 # --- action validation, done in the parent before anything is sent -----------------------------
 
 
-def check_action_leaf(leaf: Leaf, value: Any, batch: int, check_bounds: bool) -> np.ndarray:
-    """Returns ``value`` as an array of shape (batch, *leaf.shape) or raises a typed ActionError."""
+def check_action_leaf(
+    leaf: Leaf, value: Any, batch: int, bounds: Callable[[np.ndarray], None] | None
+) -> np.ndarray:
+    """Returns ``value`` as an array of shape (batch, *leaf.shape) or raises a typed ActionError.
+
+    ``bounds``: the leaf's ``bounds_checker`` (None: trust the values, ``check_actions=False``).
+    """
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-    expected = (batch, *leaf.shape)
-    if arr.shape != expected:
+    if arr.shape != (batch, *leaf.shape):
         raise ActionShapeError(
-            f"action {leaf.name!r}: expected shape {expected} (one row per env), got "
-            f"{arr.shape}. Stack one action per env along the first axis."
+            f"action {leaf.name!r}: expected shape {(batch, *leaf.shape)} (one row per env), "
+            f"got {arr.shape}. Stack one action per env along the first axis."
         )
     if arr.dtype != leaf.dtype and not np.can_cast(arr.dtype, leaf.dtype, casting="same_kind"):
         raise ActionDtypeError(
             f"action {leaf.name!r}: expected dtype {leaf.dtype} for {leaf.space}, got "
             f"{arr.dtype}. Convert with np.asarray(actions, dtype=np.{leaf.dtype})."
         )
-    if check_bounds:
-        _bounds_check(leaf)(leaf, arr)
+    if bounds is not None:
+        bounds(arr)
     return arr
 
 
-def _bounds_check(leaf: Leaf) -> Callable[[Leaf, np.ndarray], None]:
+def bounds_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
+    """The bounds check of one action leaf, with its bounds read once: it runs on every step.
+
+    The common case (one low and one high for every element) costs two reductions; per-element
+    bounds and the error message take the slower elementwise path.
+    """
     # Walk the MRO so user subclasses of Box/Discrete/... are checked like their base.
     for cls in type(leaf.space).__mro__:
         if cls in _BOUNDS:
-            return _BOUNDS[cls]
+            return _BOUNDS[cls](leaf)
     raise UnsupportedSpaceError(f"no bounds check for {type(leaf.space).__name__}")
+
+
+_amin, _amax = np.minimum.reduce, np.maximum.reduce
+
+
+def _within(arr: np.ndarray, low: Any, high: Any) -> bool:
+    """min >= low and max <= high; False for NaN (every comparison with NaN is False)."""
+    return arr.size == 0 or bool(_amin(arr, axis=None) >= low and _amax(arr, axis=None) <= high)
+
+
+def _uniform(bound: np.ndarray) -> Any:
+    """The single value of ``bound`` if all its elements are equal, else the array itself."""
+    flat = np.asarray(bound).reshape(-1)
+    return flat[0] if flat.size and (flat == flat[0]).all() else bound
 
 
 def _out_of_space(leaf: Leaf, bad: np.ndarray, arr: np.ndarray, rule: str) -> ActionSpaceError:
@@ -165,46 +188,63 @@ def _out_of_space(leaf: Leaf, bad: np.ndarray, arr: np.ndarray, rule: str) -> Ac
     )
 
 
-def _check_box(leaf: Leaf, arr: np.ndarray) -> None:
+def _box_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
     space = leaf.space
     assert isinstance(space, spaces.Box)
-    if arr.dtype.kind in "fc" and np.isnan(arr).any():
-        raise _out_of_space(leaf, np.isnan(arr), arr, "NaN is never in a Box")
-    bad = (arr < space.low) | (arr > space.high)
-    if bad.any():
-        raise _out_of_space(leaf, bad, arr, "below low or above high")
+    low, high = _uniform(space.low), _uniform(space.high)
+    fast = np.ndim(low) == 0 and np.ndim(high) == 0
+
+    def check(arr: np.ndarray) -> None:
+        if fast and _within(arr, low, high):
+            return
+        if arr.dtype.kind in "fc" and np.isnan(arr).any():
+            raise _out_of_space(leaf, np.isnan(arr), arr, "NaN is never in a Box")
+        bad = (arr < space.low) | (arr > space.high)
+        if bad.any():
+            raise _out_of_space(leaf, bad, arr, "below low or above high")
+
+    return check
 
 
-def _check_integral(leaf: Leaf, arr: np.ndarray, low: Any, high: Any) -> None:
-    if arr.dtype.kind not in "iub":
-        raise ActionDtypeError(
-            f"action {leaf.name!r}: expected an integer dtype for {leaf.space}, got {arr.dtype}"
-            f" (NaN and fractions are not categories). Convert with arr.astype(np.int64)."
-        )
-    bad = (arr < low) | (arr > high)
-    if bad.any():
-        raise _out_of_space(leaf, bad, arr, f"allowed {low}..{high}")
+def _integral_checker(leaf: Leaf, low: Any, high: Any) -> Callable[[np.ndarray], None]:
+    low, high = _uniform(low), _uniform(high)
+    fast = np.ndim(low) == 0 and np.ndim(high) == 0
+
+    def check(arr: np.ndarray) -> None:
+        if arr.dtype.kind not in "iub":
+            raise ActionDtypeError(
+                f"action {leaf.name!r}: expected an integer dtype for {leaf.space}, got "
+                f"{arr.dtype} (NaN and fractions are not categories). Convert with "
+                f"arr.astype(np.int64)."
+            )
+        if fast and _within(arr, low, high):
+            return
+        bad = (arr < low) | (arr > high)
+        if bad.any():
+            raise _out_of_space(leaf, bad, arr, f"allowed {low}..{high}")
+
+    return check
 
 
-def _check_discrete(leaf: Leaf, arr: np.ndarray) -> None:
+def _discrete_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
     space = leaf.space
     assert isinstance(space, spaces.Discrete)
-    _check_integral(leaf, arr, int(space.start), int(space.start + space.n - 1))
+    return _integral_checker(leaf, int(space.start), int(space.start + space.n - 1))
 
 
-def _check_multi_discrete(leaf: Leaf, arr: np.ndarray) -> None:
+def _multi_discrete_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
     space = leaf.space
     assert isinstance(space, spaces.MultiDiscrete)
-    _check_integral(leaf, arr, space.start, space.start + space.nvec - 1)
+    return _integral_checker(leaf, space.start, space.start + space.nvec - 1)
 
 
-def _check_multi_binary(leaf: Leaf, arr: np.ndarray) -> None:
-    _check_integral(leaf, arr, 0, 1)
+def _multi_binary_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
+    return _integral_checker(leaf, 0, 1)
 
 
-_BOUNDS: dict[type, Callable[[Leaf, np.ndarray], None]] = {
-    spaces.Box: _check_box,
-    spaces.Discrete: _check_discrete,
-    spaces.MultiDiscrete: _check_multi_discrete,
-    spaces.MultiBinary: _check_multi_binary,
+_BOUNDS: dict[type, Callable[[Leaf], Callable[[np.ndarray], None]]] = {
+    spaces.Box: _box_checker,
+    spaces.Discrete: _discrete_checker,
+    spaces.MultiDiscrete: _multi_discrete_checker,
+    spaces.MultiBinary: _multi_binary_checker,
 }

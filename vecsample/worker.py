@@ -306,13 +306,50 @@ class _Worker:
         start = time.perf_counter()
         records: list[InfoRecord] = []
         actions = self._actions()
-        for j in range(self.count):
-            self.current_env = j
-            self.step_one(j, actions[j], records)
-        self.current_env = None
+        if self.spec.autoreset_mode is AutoresetMode.SAME_STEP:
+            self._step_all_same(actions, records)
+        else:
+            for j in range(self.count):
+                self.current_env = j
+                self.step_one(j, actions[j], records)
+            self.current_env = None
         self.stats[0] += time.perf_counter() - start
         self.stats[1] += self.count
         return records if (records and self.spec.infos) else None
+
+    def _step_all_same(self, actions: Sequence[Any], records: list[InfoRecord]) -> None:
+        """SAME_STEP over every env: the hot loop, inlined. Scalars are gathered in lists and
+        written with one slice copy per field; observations row by row (a row may be a scalar
+        that must not broadcast, see tests/test_hot_path.py)."""
+        n = self.count
+        rewards: list[Any] = [0.0] * n
+        terminated, truncated = [False] * n, [False] * n
+        has_final = [False] * n
+        envs, write_obs, write_final = self.envs, self.write_obs, self.write_final
+        j = 0
+        try:
+            for j in range(n):
+                env = envs[j]
+                obs, rewards[j], term, trunc, info = env.step(actions[j])
+                if term or trunc:
+                    write_final(j, obs)
+                    has_final[j] = True
+                    obs, reset_info = env.reset()
+                    records.append((j, info, reset_info))
+                elif info:
+                    records.append((j, info, None))
+                write_obs(j, obs)
+                terminated[j], truncated[j] = term, trunc
+            j = n
+        except BaseException:
+            self.current_env = j
+            raise
+        finally:
+            v = self.views  # envs before a failing one keep what they wrote
+            v.rewards[:j] = rewards[:j]
+            v.terminated[:j] = terminated[:j]
+            v.truncated[:j] = truncated[:j]
+            v.has_final_obs[:j] = has_final[:j]
 
     def _actions(self) -> Sequence[Any]:
         views = self.views.action_leaves
