@@ -90,6 +90,17 @@ def test_discrete_action_out_of_space(sampler):
         sampler.step(np.array([0, 1, 2, -1]))
 
 
+@pytest.mark.parametrize("dtype", ["<i1", ">i8", "<u2", "<i8"])
+def test_discrete_bounds_hold_for_every_integer_dtype_and_byte_order(sampler, dtype):
+    """The one-reduction check views signed actions as unsigned; byte order must survive it."""
+    low = -1 if np.dtype(dtype).kind == "i" else 4
+    for bad in ([0, 1, 2, low], [0, 4, 1, 1], [3, 3, 3, 100]):
+        with pytest.raises(errors.ActionSpaceError):
+            sampler.step(np.array(bad, dtype=dtype))
+    r = sampler.step(np.array([0, 1, 2, 3], dtype=dtype))
+    np.testing.assert_array_equal(r.rewards, [0, 1, 2, 3])  # CountingEnv: reward = action
+
+
 def test_box_action_out_of_bounds_and_nan(make_sampler):
     s = make_sampler([functools.partial(gym.make, "Pendulum-v1")] * 2, num_workers=1)
     s.reset()

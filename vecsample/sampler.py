@@ -303,6 +303,10 @@ class VecSampler:
     def step(self, actions: Any, *, copy: bool = False) -> StepResult:
         """Sends every worker its rows of ``actions`` and waits for the full batch."""
         self.send_all(actions)
+        if self.spin_s > 0:
+            # The parent only waits now: handing its core over at once lets the worker that
+            # shares it start its envs without waiting for step_recv's bookkeeping.
+            os.sched_yield()
         return self.batch(self.step_recv(None), copy=copy)
 
     def batch(self, results: Sequence[StepResult] = (), *, copy: bool = False) -> StepResult:
@@ -653,6 +657,8 @@ class VecSampler:
 
     def _expect_all_idle(self, call: str) -> None:
         self._check_open()
+        if self._states.count(WorkerState.IDLE) == self.num_workers:
+            return  # the hot path (every step() call): one C-level count
         stepping = [w for w, s in enumerate(self._states) if s is WorkerState.STEPPING]
         if stepping:
             raise errors.PendingCallError(

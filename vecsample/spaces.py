@@ -209,15 +209,22 @@ def _box_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
 def _integral_checker(leaf: Leaf, low: Any, high: Any) -> Callable[[np.ndarray], None]:
     low, high = _uniform(low), _uniform(high)
     fast = np.ndim(low) == 0 and np.ndim(high) == 0
+    from_zero = fast and low == 0  # Discrete(n), MultiBinary: one reduction (below)
 
     def check(arr: np.ndarray) -> None:
-        if arr.dtype.kind not in "iub":
+        kind = arr.dtype.kind
+        if kind not in "iub":
             raise ActionDtypeError(
                 f"action {leaf.name!r}: expected an integer dtype for {leaf.space}, got "
                 f"{arr.dtype} (NaN and fractions are not categories). Convert with "
                 f"arr.astype(np.int64)."
             )
-        if fast and _within(arr, low, high):
+        if from_zero and kind in "iu" and arr.size:
+            # Seen as unsigned, a negative value is huge: max <= high checks both ends at once.
+            unsigned = arr.view(arr.dtype.str.replace("i", "u")) if kind == "i" else arr
+            if _amax(unsigned, axis=None) <= high:
+                return
+        elif fast and _within(arr, low, high):
             return
         bad = (arr < low) | (arr > high)
         if bad.any():
