@@ -133,6 +133,8 @@ class VecSampler:
         self._action_leaves = leaves(act_space)
         self._action_bounds = [bounds_checker(leaf) if self.check_actions else None
                                for leaf in self._action_leaves]
+        self._bare_action = len(self._action_leaves) == 1 and not self._action_leaves[0].path
+        self._everyone = list(range(self.num_workers))
         self._buffers = SharedBuffers(obs_space, act_space, self.num_envs, self.num_workers)
         self._all: Views = self._buffers.views()
         self._views = [self._buffers.views(*self._bounds(w)) for w in range(self.num_workers)]
@@ -281,6 +283,11 @@ class VecSampler:
             )
         window = _check_deadline(timeout, "timeout")
         limit = self.deadline if deadline is None else _check_deadline(deadline, "deadline")
+        return self._recv(pending, window, limit, copy)
+
+    def _recv(self, pending: list[int], window: float | None, limit: float | None,
+              copy: bool) -> list[StepResult]:
+        """step_recv once its arguments are checked (step() knows them already)."""
         start = time.perf_counter()
         results = self._collect_or_restart(pending, window, limit, copy)
         self._timers["wait_s"] += time.perf_counter() - start
@@ -307,7 +314,7 @@ class VecSampler:
             # The parent only waits now: handing its core over at once lets the worker that
             # shares it start its envs without waiting for step_recv's bookkeeping.
             os.sched_yield()
-        return self.batch(self.step_recv(None), copy=copy)
+        return self.batch(self._recv(self._everyone, None, self.deadline, False), copy=copy)
 
     def batch(self, results: Sequence[StepResult] = (), *, copy: bool = False) -> StepResult:
         """Every env's current data as one StepResult, with the infos of ``results`` merged."""
@@ -669,6 +676,9 @@ class VecSampler:
             self._expect_idle(w, call)
 
     def _check_actions(self, actions: Any, batch: int) -> list[np.ndarray]:
+        if self._bare_action:  # the common case: one leaf, no Dict/Tuple to take apart
+            return [check_action_leaf(self._action_leaves[0], actions, batch,
+                                      self._action_bounds[0])]
         parts = flatten(self.single_action_space, actions)
         return [check_action_leaf(leaf, part, batch, bounds)
                 for leaf, part, bounds in zip(self._action_leaves, parts, self._action_bounds,

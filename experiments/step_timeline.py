@@ -1,0 +1,102 @@
+# Docs: docs/benchmarks.md#where-the-time-goes (the per-batch breakdown there comes from here)
+"""Where a full batch's time goes: one timeline per ``step()``, parent and workers on one clock.
+
+Each worker records when it picked up a step and when it published it (``time.perf_counter``
+is CLOCK_MONOTONIC, shared by every process); the parent records ``send_all`` and the return of
+``step_recv``. The script patches the worker's step handler, so it runs under ``fork`` (the
+patched module is what the workers inherit). Random actions, as in ``vecsample bench``.
+
+Run: ``python -m experiments.step_timeline --num-envs 128 --batches 3000``
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import time
+from dataclasses import dataclass
+from multiprocessing.sharedctypes import RawArray
+from typing import Any
+
+import numpy as np
+
+from vecsample import VecSampler
+from vecsample import worker as worker_module
+
+
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """gymnasium id"""
+    num_envs: int = 128
+    """envs in all"""
+    num_workers: int = 2
+    """VecSampler workers"""
+    batches: int = 3000
+    """timed step() calls (after 300 untimed ones)"""
+
+
+WARMUP = 300
+
+
+def patch_workers(stamps: Any, batches: int) -> None:
+    """Makes every worker write (pick-up, publish) times of step i into ``stamps[w, i]``."""
+    original = worker_module._Worker._step_posted
+
+    def stamped(self: Any) -> None:
+        i = self.side.seen - 1 - WARMUP
+        start = time.perf_counter()
+        original(self)
+        if 0 <= i < batches:
+            view = np.frombuffer(stamps, dtype=np.float64).reshape(-1, batches, 2)
+            view[self.spec.index, i] = (start, time.perf_counter())
+
+    worker_module._Worker._step_posted = stamped  # type: ignore[method-assign]
+
+
+def run(args: Args) -> dict[str, np.ndarray]:
+    stamps = RawArray(ctypes.c_double, args.num_workers * args.batches * 2)
+    patch_workers(stamps, args.batches)
+    n = args.num_envs
+    with VecSampler(args.env_id, num_envs=n, num_workers=args.num_workers, infos=False,
+                    seed=0, context="fork") as s:
+        s.reset()
+        s.single_action_space.seed(0)
+        actions = [np.stack([s.single_action_space.sample() for _ in range(n)])
+                   for _ in range(16)]
+        for k in range(WARMUP):
+            s.step(actions[k % 16])
+        t = np.zeros((3, args.batches))
+        for i in range(args.batches):
+            t[0, i] = time.perf_counter()
+            s.send_all(actions[i % 16])
+            t[1, i] = time.perf_counter()
+            s.batch(s.step_recv(None))
+            t[2, i] = time.perf_counter()
+    w = np.frombuffer(stamps, dtype=np.float64).reshape(args.num_workers, args.batches, 2)
+    return {
+        "step() call": t[2] - t[0],
+        "send_all (check, copy, post)": t[1] - t[0],
+        "send_all returned -> worker picked up (mean of workers)": (w[:, :, 0] - t[1]).mean(0),
+        "worker stepping its envs (slowest worker)": (w[:, :, 1] - w[:, :, 0]).max(0),
+        "slowest minus fastest worker": np.ptp(w[:, :, 1] - w[:, :, 0], axis=0),
+        "last publish -> step_recv returned": t[2] - w[:, :, 1].max(0),
+    }
+
+
+def main(args: Args) -> None:
+    phases = run(args)
+    per_env = args.num_envs // args.num_workers
+    print(f"{args.env_id}, {args.num_workers} x {per_env}, {args.batches} step() calls "
+          f"(µs: median / mean)")
+    for name, values in phases.items():
+        print(f"  {name:56s} {np.median(values) * 1e6:8.1f} / {np.mean(values) * 1e6:8.1f}")
+    stepping = np.median(phases["worker stepping its envs (slowest worker)"])
+    print(f"  per env step in the slowest worker: {stepping / per_env * 1e6:.2f} µs")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name, default in vars(Args()).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    main(Args(**vars(parser.parse_args())))
