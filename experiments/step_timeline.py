@@ -34,6 +34,10 @@ class Args:
     """VecSampler workers"""
     batches: int = 3000
     """timed step() calls (after 300 untimed ones)"""
+    pause_ms: float = 0.0
+    """sleep between step() calls (a training update): the workers fall asleep and are rung"""
+    spin_us: float = -1.0
+    """VecSampler(spin_us=...); -1: the default (200 µs when every worker has a core)"""
 
 
 WARMUP = 300
@@ -58,8 +62,9 @@ def run(args: Args) -> dict[str, np.ndarray]:
     stamps = RawArray(ctypes.c_double, args.num_workers * args.batches * 2)
     patch_workers(stamps, args.batches)
     n = args.num_envs
+    spin = None if args.spin_us < 0 else args.spin_us
     with VecSampler(args.env_id, num_envs=n, num_workers=args.num_workers, infos=False,
-                    seed=0, context="fork") as s:
+                    seed=0, context="fork", spin_us=spin) as s:
         s.reset()
         s.single_action_space.seed(0)
         actions = [np.stack([s.single_action_space.sample() for _ in range(n)])
@@ -68,6 +73,8 @@ def run(args: Args) -> dict[str, np.ndarray]:
             s.step(actions[k % 16])
         t = np.zeros((3, args.batches))
         for i in range(args.batches):
+            if args.pause_ms > 0:
+                time.sleep(args.pause_ms / 1e3)
             t[0, i] = time.perf_counter()
             s.send_all(actions[i % 16])
             t[1, i] = time.perf_counter()
@@ -78,6 +85,7 @@ def run(args: Args) -> dict[str, np.ndarray]:
         "step() call": t[2] - t[0],
         "send_all (check, copy, post)": t[1] - t[0],
         "send_all returned -> worker picked up (mean of workers)": (w[:, :, 0] - t[1]).mean(0),
+        "send_all returned -> worker picked up (later worker)": (w[:, :, 0] - t[1]).max(0),
         "worker stepping its envs (slowest worker)": (w[:, :, 1] - w[:, :, 0]).max(0),
         "slowest minus fastest worker": np.ptp(w[:, :, 1] - w[:, :, 0], axis=0),
         "last publish -> step_recv returned": t[2] - w[:, :, 1].max(0),
