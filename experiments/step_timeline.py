@@ -81,6 +81,9 @@ def run(args: Args) -> dict[str, np.ndarray]:
             s.batch(s.step_recv(None))
             t[2, i] = time.perf_counter()
     w = np.frombuffer(stamps, dtype=np.float64).reshape(args.num_workers, args.batches, 2)
+    if not (w > 0).all():
+        raise RuntimeError("some workers recorded no times: the patch did not reach them "
+                           "(this script needs the fork start method).")
     return {
         "step() call": t[2] - t[0],
         "send_all (check, copy, post)": t[1] - t[0],

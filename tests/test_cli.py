@@ -65,6 +65,15 @@ def test_queue_choice_experiment_runs():
     assert "pipe-bytes" in proc.stdout
 
 
+def test_step_timeline_experiment_stamps_every_step():
+    proc = subprocess.run([sys.executable, "-m", "experiments.step_timeline", "--num-envs", "4",
+                           "--batches", "30", "--pause-ms", "1"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, check=True)
+    assert "worker stepping its envs" in proc.stdout
+    per_step = float(proc.stdout.split("slowest worker:")[-1].split()[0])
+    assert per_step > 0
+
+
 def test_core_throughput_experiment_runs():
     proc = subprocess.run([sys.executable, "-m", "experiments.core_throughput", "--num-envs", "4",
                            "--seconds", "0.1", "--repeats", "1"], capture_output=True, text=True,
