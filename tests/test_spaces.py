@@ -9,8 +9,9 @@ import pytest
 from gymnasium import spaces
 from helpers import assert_same
 
+from vecsample.errors import ActionSpaceError
 from vecsample.seeding import env_seeds
-from vecsample.spaces import copy_tree, flatten, leaves
+from vecsample.spaces import bounds_checker, copy_tree, flatten, leaves
 from vecsample.testing import SpaceEnv
 
 ALL_DTYPES = spaces.Dict({
@@ -89,3 +90,28 @@ def _cast(value):
     if isinstance(value, tuple):
         return tuple(_cast(v) for v in value)
     return np.asarray(value)
+
+
+@pytest.mark.parametrize("size", [4, 1000])  # the Python min/max path and numpy's reductions
+@pytest.mark.parametrize("dtype", ["<i1", ">i8", "<u2", "<i8"])
+def test_discrete_bounds_checker_on_small_and_large_batches(size, dtype):
+    check = bounds_checker(leaves(spaces.Discrete(4))[0])
+    good = np.arange(size, dtype=dtype) % 4
+    check(good)
+    for bad_value in ([-1] if np.dtype(dtype).kind == "i" else []) + [4, 100]:
+        bad = good.copy()
+        bad[size // 2] = bad_value
+        with pytest.raises(ActionSpaceError, match=rf"rows \[{size // 2}\]"):
+            check(bad)
+
+
+@pytest.mark.parametrize("size", [4, 1000])
+def test_box_bounds_checker_catches_nan_and_out_of_range(size):
+    check = bounds_checker(leaves(spaces.Box(-1.0, 1.0, (3,), np.float32))[0])
+    good = np.zeros((size, 3), dtype=np.float32)
+    check(good)
+    for bad_value, message in ((np.nan, "NaN"), (1.5, "above high"), (-2.0, "below low")):
+        bad = good.copy()
+        bad[size - 1, 2] = bad_value
+        with pytest.raises(ActionSpaceError, match=message):
+            check(bad)

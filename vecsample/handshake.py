@@ -152,7 +152,6 @@ class ParentSide:
                  spin_s: float, ordered: bool) -> None:
         self.words = control.reshape(-1).data
         self.parent_sleeping = num_workers * CONTROL_WORDS + PARENT_SLEEPING
-        self.ring_reader = ring_reader
         self.ring_fd = ring_reader.fileno()
         os.set_blocking(self.ring_fd, False)
         self.spin_s = spin_s if ordered else 0.0
@@ -198,9 +197,9 @@ class ParentSide:
     def wait(self, workers: Collection[int], timeout: float | None,
              sentinels: dict[int, int]) -> list[int]:
         """Returns when a step of ``workers`` finished, a worker died or ``timeout`` passed;
-        the dead workers (by ``sentinels``: fd -> worker) are returned, their steps unchecked."""
-        if self.ready(workers):
-            return []
+        the dead workers (by ``sentinels``: fd -> worker) are returned, their steps unchecked.
+        The caller has just found none of ``workers`` ready (``_spin`` yields before it
+        looks, ``_sleep`` looks again after announcing itself)."""
         if self.spin_s > 0 and timeout != 0 and self._spin(workers, timeout):
             return []
         return self._sleep(workers, timeout, sentinels)

@@ -165,12 +165,12 @@ class _Worker:
             Command.GET_ATTR: self._get_attr,
             Command.SET_ATTR: self._set_attr,
         }
-        step_modes = {
-            AutoresetMode.SAME_STEP: self._step_same,
-            AutoresetMode.NEXT_STEP: self._step_next,
-            AutoresetMode.DISABLED: self._step_disabled,
-        }
-        self.step_one = step_modes[spec.autoreset_mode]
+        # SAME_STEP (the default) has its own inlined batch loop; the other modes step env by
+        # env through a per-env handler.
+        self.step_one = (self._step_next if spec.autoreset_mode is AutoresetMode.NEXT_STEP
+                         else self._step_disabled)
+        self.step_all = (self._step_all_same if spec.autoreset_mode is AutoresetMode.SAME_STEP
+                         else self._step_each)
         self.side = self._side()
         self.write_obs = self._writer(self.views.obs_leaves)
         self.write_final = self._writer(self.views.final_obs_leaves)
@@ -305,17 +305,17 @@ class _Worker:
     def _step(self, _: None) -> list[InfoRecord] | None:
         start = time.perf_counter()
         records: list[InfoRecord] = []
-        actions = self._actions()
-        if self.spec.autoreset_mode is AutoresetMode.SAME_STEP:
-            self._step_all_same(actions, records)
-        else:
-            for j in range(self.count):
-                self.current_env = j
-                self.step_one(j, actions[j], records)
-            self.current_env = None
+        self.step_all(self._actions(), records)
         self.stats[0] += time.perf_counter() - start
         self.stats[1] += self.count
         return records if (records and self.spec.infos) else None
+
+    def _step_each(self, actions: Sequence[Any], records: list[InfoRecord]) -> None:
+        """NEXT_STEP and DISABLED: one ``step_one`` call per env."""
+        for j in range(self.count):
+            self.current_env = j
+            self.step_one(j, actions[j], records)
+        self.current_env = None
 
     def _step_all_same(self, actions: Sequence[Any], records: list[InfoRecord]) -> None:
         """SAME_STEP over every env: the hot loop, inlined. Scalars are gathered in lists and
@@ -364,19 +364,6 @@ class _Worker:
         v.rewards[j] = reward
         v.terminated[j] = terminated
         v.truncated[j] = truncated
-
-    def _step_same(self, j: int, action: Any, records: list[InfoRecord]) -> None:
-        obs, reward, terminated, truncated, info = self.envs[j].step(action)
-        if terminated or truncated:
-            self.write_final(j, obs)
-            self.views.has_final_obs[j] = True
-            obs, reset_info = self.envs[j].reset()
-            records.append((j, info, reset_info))
-        else:
-            self.views.has_final_obs[j] = False
-            if info:
-                records.append((j, info, None))
-        self._write(j, obs, reward, terminated, truncated)
 
     def _step_next(self, j: int, action: Any, records: list[InfoRecord]) -> None:
         if self.ended[j]:
