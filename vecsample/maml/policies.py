@@ -32,12 +32,20 @@ def _init_linear(module: nn.Module) -> None:
 class Policy(nn.Module):
     """Base class: ``forward(input, params=None) -> Distribution`` plus ``update_params``."""
 
-    nonlinearity: Activation
-
-    def __init__(self, input_size: int, output_size: int) -> None:
+    def __init__(self, input_size: int, output_size: int, hidden_sizes: Sequence[int],
+                 nonlinearity: Activation, num_layers: int) -> None:
         super().__init__()
         self.input_size = input_size
         self.output_size = output_size
+        self.hidden_sizes = tuple(hidden_sizes)
+        self.nonlinearity = nonlinearity
+        self.num_layers = num_layers
+
+    def _add_layers(self, sizes: Sequence[int]) -> None:
+        """``layer1``.. ``layerK``: a Linear between each two consecutive ``sizes`` (the
+        parameter names of pytorch-maml-rl, so its checkpoints and ours line up)."""
+        for i in range(1, len(sizes)):
+            self.add_module(f"layer{i}", nn.Linear(sizes[i - 1], sizes[i]))
 
     def update_params(
         self,
@@ -79,14 +87,11 @@ class NormalMLPPolicy(Policy):
         init_std: float = 1.0,
         min_std: float = 1e-6,
     ) -> None:
-        super().__init__(input_size, output_size)
-        self.hidden_sizes = tuple(hidden_sizes)
-        self.nonlinearity = nonlinearity
+        super().__init__(input_size, output_size, hidden_sizes, nonlinearity,
+                         num_layers=len(hidden_sizes) + 1)
         self.min_log_std = math.log(min_std)
-        self.num_layers = len(self.hidden_sizes) + 1
         sizes = (input_size, *self.hidden_sizes)
-        for i in range(1, self.num_layers):
-            self.add_module(f"layer{i}", nn.Linear(sizes[i - 1], sizes[i]))
+        self._add_layers(sizes)  # the hidden layers; mu is the last one
         self.mu = nn.Linear(sizes[-1], output_size)
         self.sigma = nn.Parameter(torch.full((output_size,), math.log(init_std)))
         self.apply(_init_linear)
@@ -110,13 +115,9 @@ class CategoricalMLPPolicy(Policy):
         hidden_sizes: Sequence[int] = (),
         nonlinearity: Activation = F.relu,
     ) -> None:
-        super().__init__(input_size, output_size)
-        self.hidden_sizes = tuple(hidden_sizes)
-        self.nonlinearity = nonlinearity
-        self.num_layers = len(self.hidden_sizes) + 1
-        sizes = (input_size, *self.hidden_sizes, output_size)
-        for i in range(1, self.num_layers + 1):
-            self.add_module(f"layer{i}", nn.Linear(sizes[i - 1], sizes[i]))
+        super().__init__(input_size, output_size, hidden_sizes, nonlinearity,
+                         num_layers=len(hidden_sizes) + 1)
+        self._add_layers((input_size, *self.hidden_sizes, output_size))
         self.apply(_init_linear)
 
     def forward(self, input: torch.Tensor, params: Params | None = None) -> Distribution:
