@@ -11,7 +11,6 @@ are measured in alternation, several repeats each, and the table shows medians a
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import logging
@@ -27,6 +26,7 @@ import torch
 from torch import nn
 
 from vecsample import AutoresetMode, VecSampler
+from vecsample.flags import parse_flags
 from vecsample.ray import ChunkCollector, RaySampler, TorchPolicy
 
 
@@ -84,11 +84,7 @@ def measure_ray(args: Args) -> tuple[float, float]:
 
 
 def parse() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, value in asdict(Args()).items():
-        kind = str if name == "json" else type(value)
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=value)
-    return Args(**vars(parser.parse_args()))
+    return parse_flags(Args, __doc__)
 
 
 def main() -> None:

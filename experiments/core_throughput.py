@@ -7,7 +7,6 @@ repeats and the ratio to the machine limit estimate (cores × the one-process ba
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample import VecSampler
+from vecsample.flags import parse_flags
 
 
 @dataclass
@@ -76,7 +76,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in vars(Args()).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
-    main(Args(**vars(parser.parse_args())))
+    main(parse_flags(Args, __doc__))

@@ -11,7 +11,6 @@ Run: ``python experiments/maml_test.py --run-dir runs/maml_trpo --num-steps 3``
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ import torch
 from tqdm import trange
 
 import vecsample.envs  # noqa: F401  (registers the task envs)
+from vecsample.flags import parse_flags
 from vecsample.maml import (
     LinearFeatureBaseline,
     MultiTaskSampler,
@@ -80,13 +80,7 @@ def main(args: Args) -> dict[str, list[float]]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for field in dataclasses.fields(Args):
-        default = getattr(Args(), field.name)
-        parser.add_argument(
-            f"--{field.name.replace('_', '-')}", type=type(default), default=default
-        )
-    return Args(**vars(parser.parse_args(argv)))
+    return parse_flags(Args, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ Run: ``python experiments/maml_timing.py --repeats 3`` (needs psutil, in the ``t
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -42,6 +41,7 @@ import psutil
 import torch
 
 import vecsample.envs  # noqa: F401  (registers the task envs)
+from vecsample.flags import parse_flags
 from vecsample.maml import (
     LinearFeatureBaseline,
     MetaConfig,
@@ -167,13 +167,7 @@ def main(args: Args) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for field in dataclasses.fields(Args):
-        default = getattr(Args(), field.name)
-        parser.add_argument(
-            f"--{field.name.replace('_', '-')}", type=type(default), default=default
-        )
-    return Args(**vars(parser.parse_args(argv)))
+    return parse_flags(Args, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ Run: ``python experiments/maml_trpo.py --config 2d-navigation --num-batches 50``
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -33,6 +32,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from tqdm import trange
 
 import vecsample.envs  # noqa: F401  (registers the task envs)
+from vecsample.flags import parse_flags
 from vecsample.maml import (
     BatchEpisodes,
     LinearFeatureBaseline,
@@ -281,13 +281,7 @@ def main(args: Args) -> list[dict[str, float]]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for field in dataclasses.fields(Args):
-        default = getattr(Args(), field.name)
-        parser.add_argument(
-            f"--{field.name.replace('_', '-')}", type=type(default), default=default
-        )
-    return Args(**vars(parser.parse_args(argv)))
+    return parse_flags(Args, __doc__, argv)
 
 
 if __name__ == "__main__":

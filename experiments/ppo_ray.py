@@ -10,11 +10,10 @@ once it has, this file should become that script with its sampler swapped for Ra
 
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import ray
@@ -22,6 +21,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
+from vecsample.flags import parse_flags
 from vecsample.ray import Chunk, RaySampler, TorchPolicy, numpy_weights
 
 
@@ -137,10 +137,7 @@ def train(args: Args) -> list[float]:
 
 
 def parse() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, value in asdict(Args()).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
-    return Args(**vars(parser.parse_args()))
+    return parse_flags(Args, __doc__)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ Run: ``python -m experiments.step_timeline --num-envs 128 --batches 3000``
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import time
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import numpy as np
 
 from vecsample import VecSampler
 from vecsample import worker as worker_module
+from vecsample.flags import parse_flags
 
 
 @dataclass
@@ -107,7 +107,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in vars(Args()).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
-    main(Args(**vars(parser.parse_args())))
+    main(parse_flags(Args, __doc__))
