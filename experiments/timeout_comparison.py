@@ -219,11 +219,7 @@ def environment() -> dict[str, Any]:
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
     """throughput.png (steps/s by timeout, one line per config) and time_split.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     configs: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         configs.setdefault(f"{r['env']} {r['W x n']} {r['policy']}", []).append(r)
@@ -235,9 +231,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
     ax.set(xlabel="recv timeout (s); full = wait for all", ylabel="steps/s ÷ full batch",
            title="Partial against full batches (medians of per-repeat ratios)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "throughput.png", dpi=110)
-    plt.close(fig)
+    _save(plt, fig, out / "throughput.png")
     fig, ax = plt.subplots(figsize=(9, 4.5))
     names = [f"{r['env']} {r['W x n']} {r['policy']} {r['timeout']}" for r in rows]
     bottom = np.zeros(len(rows))
@@ -248,19 +242,28 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
     ax.set_xticks(range(len(rows)), names, rotation=60, ha="right", fontsize=6)
     ax.set(ylabel="% of wall time in the parent", title="Where the parent's time went")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "time_split.png", dpi=110)
-    plt.close(fig)
+    _save(plt, fig, out / "time_split.png")
     return ["throughput.png", "time_split.png"]
 
 
-def plot_crossover(rows: list[dict[str, Any]], out: Path) -> list[str]:
-    """crossover.png: partial ÷ full against the per-call policy latency, measured and model."""
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_crossover(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    """crossover.png: partial ÷ full against the per-call policy latency, measured and model."""
+    plt = _pyplot()
     lines: dict[str, list[tuple[float, dict[str, Any]]]] = {}
     for r in rows:
         if r["timeout"] != "full":
@@ -282,9 +285,7 @@ def plot_crossover(rows: list[dict[str, Any]], out: Path) -> list[str]:
     ax.set(xlabel="fixed policy latency per call (ms)", ylabel="partial steps/s ÷ full",
            title="When partial batches pay: step-time spread against per-call cost")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "crossover.png", dpi=110)
-    plt.close(fig)
+    _save(plt, fig, out / "crossover.png")
     return ["crossover.png"]
 
 
