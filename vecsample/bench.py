@@ -34,6 +34,7 @@ from vecsample.bench_backends import (
 )
 from vecsample.compare import format_table
 from vecsample.errors import ConfigError
+from vecsample.sampler import usable_cores
 
 #: Env counts per env id when --num-envs is not given (the targets of issue 4).
 DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64]}
@@ -82,13 +83,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=str, default=None, help="write all results here")
     parser.add_argument("--plot", type=str, default=None, help="write a PNG of the ratios here")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def configs(args: argparse.Namespace) -> list[Config]:

@@ -960,9 +960,18 @@ def _wait(objects: list[Any], timeout: float | None) -> list[Any]:
     return [by_fd[fd] for fd, _ in events]
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; all of them off Linux)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _spin_seconds(spin_us: float | None, num_workers: int) -> float:
     if spin_us is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        # Without an affinity mask (off Linux) the cores we get are unknown: spin for a
+        # single worker only, rather than steal CPU from workers that may share a core.
+        cores = usable_cores() if hasattr(os, "sched_getaffinity") else 1
         return AUTO_SPIN_US * 1e-6 if num_workers <= cores else 0.0
     value = _check_deadline(spin_us, "spin_us")
     return 0.0 if value is None else value * 1e-6

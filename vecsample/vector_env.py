@@ -7,7 +7,6 @@ format. Given the same ``env_fns`` and seed it returns exactly what ``SyncVector
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from gymnasium.vector.utils import batch_space
 
 from vecsample import errors
 from vecsample.protocol import AutoresetMode
-from vecsample.sampler import EnvMaker, StepResult, VecSampler
+from vecsample.sampler import EnvMaker, StepResult, VecSampler, usable_cores
 from vecsample.spaces import copy_tree, index_tree
 from vecsample.worker import EnvFn
 
@@ -140,8 +139,7 @@ class VectorEnv(gym.vector.VectorEnv):
 
 def _default_workers(num_envs: int) -> int:
     """The largest divisor of num_envs that does not exceed the cores we may use."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    limit = max(1, min(num_envs, cores or 1))
+    limit = max(1, min(num_envs, usable_cores()))
     return max(d for d in range(1, limit + 1) if num_envs % d == 0)
 
 
