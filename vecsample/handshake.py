@@ -29,7 +29,6 @@ import threading
 import time
 from collections.abc import Collection, Iterable
 from multiprocessing.connection import Connection
-from typing import Any
 
 import numpy as np
 
@@ -241,9 +240,3 @@ class ParentSide:
         if not self.ordered:
             self.rung.update(int.from_bytes(data[i:i + 4], "little")
                              for i in range(0, len(data) - 3, 4))
-
-
-def ring_pipe(ctx: Any) -> tuple[Connection, Connection]:
-    """The workers' shared doorbell to the parent: (parent's reader, workers' writer)."""
-    reader, writer = ctx.Pipe(duplex=False)
-    return reader, writer

@@ -145,7 +145,8 @@ class VecSampler:
         self._fns, self._infos, self._threads = fns, infos, threads_per_worker
         self._affinity = _affinity(cpu_affinity, self.num_workers)
         self._ordered = handshake.ORDERED
-        self._ring_reader, self._ring_writer = handshake.ring_pipe(self._ctx)
+        # The workers' shared doorbell to a sleeping parent (handshake.py): (reader, writer).
+        self._ring_reader, self._ring_writer = self._ctx.Pipe(duplex=False)
         self._hs = ParentSide(self._buffers.control(), self.num_workers, self._ring_reader,
                               self.spin_s, self._ordered)
         self._procs, self._conns = self._start()
