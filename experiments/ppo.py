@@ -2,7 +2,7 @@
 """PPO (clipped surrogate, GAE) on vecsample, in one file.
 
 The envs run in vecsample worker processes (``vecsample.VectorEnv``, same-step autoreset). The
-rollout (``vecsample.rollout.Rollout``) samples with a copy of the agent on the device chosen by
+rollout (``vecsample.train.Rollout``) samples with a copy of the agent on the device chosen by
 measurement (``--device auto``), synced once per rollout, and the update trains on the device
 chosen for training. Truncated episodes are bootstrapped from the value of their final
 observation.
@@ -35,8 +35,8 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from vecsample import AutoresetMode, VectorEnv
-from vecsample.profile import ProgressBar, format_stats, phase_totals, stats_delta
-from vecsample.rollout import Rollout, RolloutBatch
+from vecsample.train.profile import ProgressBar, format_stats, phase_totals, stats_delta
+from vecsample.train.rollout import Rollout, RolloutBatch
 
 
 @dataclass

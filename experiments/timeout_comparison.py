@@ -1,11 +1,11 @@
 # docs: docs/timeout.md (when do partial batches pay?)
 """Full against partial batches: sweep the recv timeout, envs per worker, workers, env and policy.
 
-The sampling loop of the design card (vecsample.compare.sampling_loop): send to every worker,
+The sampling loop of the design card (vecsample.tools.compare.sampling_loop): send to every worker,
 ``step_recv(timeout)``, run the policy on what came back, send those workers again. For every
 configuration it reports steps/s, workers per recv, policy calls per 1000 steps and the time in
 wait / policy / other, writes ``results.json`` and PNG plots under ``--out-dir``, and (with
-``--model``) the prediction of vecsample.timeout_model next to each measurement.
+``--model``) the prediction of vecsample.tools.timeout_model next to each measurement.
 
     python -m experiments.timeout_comparison --preset p7 --out-dir runs/p7   # from the checkout
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from vecsample import compare
-from vecsample import timeout_model as tm
+from vecsample.tools import compare
+from vecsample.tools import timeout_model as tm
 
 SEED_TIMEOUTS: list[float | None] = [None, 0.1, 0.01, 0.001, 0.0001]
 
@@ -66,7 +66,7 @@ class Args:
     interleave_groups: bool = False
     """open every group's sampler at once and alternate groups each repeat (side by side)"""
     model: bool = False
-    """also predict each configuration with vecsample.timeout_model"""
+    """also predict each configuration with vecsample.tools.timeout_model"""
     seed: int = 0
     torch_threads: int = 1
     """threads of the MLP policy in the parent: the workers need the cores"""

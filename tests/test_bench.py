@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-from vecsample import bench, bench_backends
 from vecsample.errors import ConfigError
+from vecsample.tools import bench, bench_backends
 
 TINY = ["--envs", "CartPole-v1", "--num-envs", "4", "--workers", "2", "--cores", "2",
         "--seconds", "0.05", "--repeats", "2", "--latency-steps", "20", "--no-progress"]

@@ -1,4 +1,4 @@
-"""Tests for vecsample.device (weight sync, measured placement) and the ``vecsample probe`` CLI.
+"""Tests for vecsample.train.device (weight sync, placement) and the ``vecsample probe`` CLI.
 
 CI has no GPU: the CUDA paths are skipped there with the reason "no CUDA"; the choice logic is
 tested on a stubbed bench that pretends to time a GPU, so it runs everywhere.
@@ -16,10 +16,10 @@ import pytest
 import torch
 from torch import nn
 
-from vecsample import device as dev
 from vecsample.__main__ import main
-from vecsample.errors import PlacementError
-from vecsample.probe import Cell, crossover, mlp
+from vecsample.tools.probe import Cell, crossover, mlp
+from vecsample.train import device as dev
+from vecsample.train.errors import PlacementError
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA")
 no_cuda_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")

@@ -248,7 +248,7 @@ def test_dead_worker_is_detected_through_its_sentinel(make_sampler):
         s.step(ones(4))
     assert time.monotonic() - start < 1.0
     assert info.value.exitcode == 7 and info.value.worker == 1
-    with pytest.raises(errors.PendingCallError, match="dead"):
+    with pytest.raises(errors.WorkerLostError, match="dead"):
         s.step_send(1, ones(2))
     s.close()
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from vecsample.errors import BaselineFitError
 from vecsample.maml import BatchEpisodes, LinearFeatureBaseline
+from vecsample.maml.errors import BaselineFitError
 
 
 def random_episodes(lengths: list[int], obs_dim: int = 3, seed: int = 0) -> BatchEpisodes:

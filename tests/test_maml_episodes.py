@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.distributions import Independent, Normal
 
-from vecsample.errors import EpisodesError
 from vecsample.maml import BatchEpisodes, reinforce_loss, weighted_mean, weighted_normalize
+from vecsample.maml.errors import EpisodesError
 
 SQRT2 = math.sqrt(2.0)
 

@@ -33,6 +33,7 @@ from vecsample.maml import (
     reinforce_loss,
     weighted_mean,
 )
+from vecsample.maml.errors import TaskEnvError
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="uses POSIX signals")
 
@@ -203,7 +204,7 @@ def test_seeded_runs_repeat() -> None:
 
 def test_misuse_raises_typed_errors() -> None:
     env = gym.make("CartPole-v1")
-    with pytest.raises(errors.TaskEnvError, match="reset_task"):
+    with pytest.raises(TaskEnvError, match="reset_task"):
         MultiTaskSampler("CartPole-v1", {}, 2, get_policy_for_env(env), LinearFeatureBaseline(4))
     with meta_sampler("TabularMDP-v0", batch_size=2, num_workers=1) as s:
         with pytest.raises(errors.PendingCallError, match="sample_async"):

@@ -1,4 +1,4 @@
-"""Tests for vecsample.profile: exclusive phase time, reports that add up, the live bar."""
+"""Tests for vecsample.train.profile: exclusive phase time, reports that add up, the live bar."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from vecsample.profile import (
+from vecsample.train.profile import (
     PhaseTimer,
     ProgressBar,
     format_report,

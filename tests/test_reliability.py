@@ -136,7 +136,7 @@ def test_failed_synchronous_call_leaves_no_stale_reply(make_sampler):
     s.step_send(1, ones(2))
     (r,) = s.step_recv(None)
     np.testing.assert_array_equal(r.obs[:, 1], [1, 1])
-    with pytest.raises(errors.PendingCallError, match="failed"):
+    with pytest.raises(errors.WorkerLostError, match="failed"):
         s.step_send(0, ones(2))
 
 

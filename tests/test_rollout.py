@@ -1,5 +1,6 @@
-"""Tests for vecsample.rollout: hand-checked storage with full and partial batches, one weight sync
-per rollout, phases that add up to the wall time, and the errors of a misconfigured rollout.
+"""Tests for vecsample.train.Rollout: hand-checked storage with full and partial batches, one
+weight sync per rollout, phases that add up to the wall time, and the errors of a
+misconfigured rollout.
 
 The envs are CountingEnvs (observation ``[env, t, episode, last_action]``, reward = action), and
 the policy's action is ``t``, so every row of the rollout is known in advance.
@@ -18,8 +19,8 @@ from gymnasium import spaces
 from torch import nn
 
 from vecsample import AutoresetMode, VecSampler, VectorEnv, errors
-from vecsample.rollout import Rollout
 from vecsample.testing import CountingEnv, SlowEnv, SpaceEnv, fns
+from vecsample.train.rollout import Rollout
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA")
 

@@ -7,7 +7,8 @@ module. torch is never imported by ``import vecsample``.
 
 from vecsample import errors
 from vecsample.protocol import AutoresetMode
-from vecsample.sampler import EnvMaker, StepResult, VecSampler
+from vecsample.results import StepResult
+from vecsample.sampler import EnvMaker, VecSampler
 from vecsample.vector_env import VectorEnv, make_vec
 
 __all__ = [

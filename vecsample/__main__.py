@@ -13,9 +13,11 @@ import sys
 from collections.abc import Sequence
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "compare": ("vecsample.compare", "full against partial batches (the main job)"),
-    "bench": ("vecsample.bench", "steps/s against the bare loop, gymnasium, SB3 and EnvPool"),
-    "probe": ("vecsample.probe", "CPU against GPU time for small policies; where to place them"),
+    "compare": ("vecsample.tools.compare", "full against partial batches (the main job)"),
+    "bench": ("vecsample.tools.bench",
+              "steps/s against the bare loop, gymnasium, SB3 and EnvPool"),
+    "probe": ("vecsample.tools.probe",
+              "CPU against GPU time for small policies; where to place them"),
 }
 
 

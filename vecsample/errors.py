@@ -8,18 +8,38 @@ to fix it.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vecsample.results import StepResult
 
 
 class VecSampleError(Exception):
     """Base class of every error raised by vecsample."""
 
 
+_UNSET: Any = object()
+
+
 # --- misuse of the API -------------------------------------------------------------------------
 
 
 class ConfigError(VecSampleError, ValueError):
-    """The sampler was configured in a way that cannot work (counts, start method, options)."""
+    """The sampler was configured in a way that cannot work (counts, start method, options).
+
+    Built from fields (``name``, ``expected``, ``got``, ``fix``) it writes "``name`` must be
+    ``expected``, got ``got!r``; ``fix``."; a full sentence can be passed instead.
+    """
+
+    def __init__(self, message: str = "", *, name: str = "", expected: str = "",
+                 got: Any = _UNSET, fix: str = "") -> None:
+        if not message:
+            message = f"{name} must be {expected}, got {got!r}" + (f"; {fix}." if fix else ".")
+        super().__init__(message)
+        self.name = name
+        self.expected = expected
+        self.got = None if got is _UNSET else got
 
 
 class UnsupportedSpaceError(VecSampleError, TypeError):
@@ -33,6 +53,10 @@ class EnvFactoryError(VecSampleError, RuntimeError):
 class ClosedError(VecSampleError, RuntimeError):
     """A call was made after ``close()``."""
 
+    def __init__(self, message: str = "", *, what: str = "VecSampler") -> None:
+        super().__init__(message or f"this {what} is closed; create a new one.")
+        self.what = what
+
 
 class PendingCallError(VecSampleError, RuntimeError):
     """A call is out of order with respect to what is pending (the state machine said no)."""
@@ -41,13 +65,40 @@ class PendingCallError(VecSampleError, RuntimeError):
 class NoPendingError(PendingCallError):
     """``step_recv`` was called while no worker had a step in flight."""
 
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or (
+            "step_recv() called with no step in flight; call step_send(worker, actions) first "
+            "(or step(actions) for a full batch)."))
+
 
 class WorkerBusyError(PendingCallError):
-    """``step_send`` targeted a worker whose previous step has not been received yet."""
+    """A call targeted workers whose previous step has not been received yet."""
+
+    def __init__(self, *, call: str, workers: list[int], to_one: bool = False) -> None:
+        if to_one:  # a call to one worker (step_send), not to every worker (reset, step, ...)
+            (w,) = workers
+            message = (f"{call}() to worker {w}, whose previous step is still pending; call "
+                       f"step_recv() until it returns worker {w} first.")
+        else:
+            message = (f"{call}() called while the steps of workers {workers} are pending; "
+                       f"call step_recv() until they are received first.")
+        super().__init__(message)
+        self.call = call
+        self.workers = workers
 
 
 class WorkerIndexError(VecSampleError, IndexError):
     """A worker index outside ``range(num_workers)``."""
+
+    def __init__(self, *, worker: Any, num_workers: int) -> None:
+        if isinstance(worker, int) and not isinstance(worker, bool):
+            message = (f"worker {worker} is out of range: this sampler has {num_workers} "
+                       f"workers (0..{num_workers - 1}).")
+        else:
+            message = f"worker must be an int in range({num_workers}), got {worker!r}."
+        super().__init__(message)
+        self.worker = worker
+        self.num_workers = num_workers
 
 
 class ActionError(VecSampleError, ValueError):
@@ -81,25 +132,41 @@ class RemoteTraceback(Exception):
 
 
 class WorkerError(VecSampleError, RuntimeError):
-    """An env raised inside a worker. Carries the worker, the env and the remote traceback."""
+    """An env raised inside a worker. Carries the worker, the env and the remote traceback.
+
+    ``results``: the steps received in the same call before the failure, so nothing is lost.
+    """
 
     def __init__(
         self,
-        message: str,
         *,
         worker: int,
         env: int | None,
         command: str,
+        exc_type: str = "",
+        message: str = "",
         remote_traceback: str = "",
-        results: list[Any] | None = None,
+        results: Sequence[StepResult] = (),
     ) -> None:
-        super().__init__(message)
+        super().__init__(self._format(worker, env, command, exc_type, message))
         self.worker = worker
         self.env = env
         self.command = command
+        self.exc_type = exc_type
         self.remote_traceback = remote_traceback
-        #: Results that were received in the same call before the failure: nothing is lost.
-        self.results: list[Any] = results if results is not None else []
+        self.results: list[StepResult] = list(results)
+        if remote_traceback:
+            self.__cause__ = RemoteTraceback(remote_traceback)
+
+    @staticmethod
+    def _format(worker: int, env: int | None, command: str, exc_type: str, message: str) -> str:
+        return f"env {env} in worker {worker} raised {exc_type} during {command}: {message}"
+
+    @property
+    def reason(self) -> str:
+        """One line for the restart log: what went wrong."""
+        lines = self.remote_traceback.strip().splitlines()
+        return f"raised in env {self.env}: {lines[-1] if lines else self}"
 
 
 class WorkerDiedError(WorkerError):
@@ -107,57 +174,87 @@ class WorkerDiedError(WorkerError):
 
     def __init__(
         self,
-        message: str,
         *,
         worker: int,
+        pid: int | None,
         exitcode: int | None,
         command: str,
-        results: list[Any] | None = None,
+        env_ids: Sequence[int] = (),
+        results: Sequence[StepResult] = (),
     ) -> None:
-        super().__init__(message, worker=worker, env=None, command=command, results=results)
+        self.pid = pid
         self.exitcode = exitcode
+        self.env_ids = list(env_ids)
+        super().__init__(worker=worker, env=None, command=command, results=results)
+
+    def _format(  # type: ignore[override]
+        self, worker: int, env: int | None, command: str, exc_type: str, message: str
+    ) -> str:
+        return (
+            f"worker {worker} (pid {self.pid}) died during {command} with exit code "
+            f"{self.exitcode}; its envs {self.env_ids} are lost. Check the env for crashes "
+            f"(os._exit, segfault, OOM kill), or enable restart."
+        )
+
+    @property
+    def reason(self) -> str:
+        return f"died with exit code {self.exitcode}"
+
+
+class WorkerLostError(VecSampleError, RuntimeError):
+    """A call needs a worker that an earlier call left dead or failed (restart is off)."""
+
+    def __init__(self, *, call: str, worker: int, state: str) -> None:
+        super().__init__(
+            f"{call}() to worker {worker}, which is {state} since an earlier call; close() the "
+            f"sampler and create a new one, or pass restart=True to respawn such workers."
+        )
+        self.call = call
+        self.worker = worker
+        self.state = state
 
 
 class DeadlineExceededError(VecSampleError, TimeoutError):
-    """A call's whole-call ``deadline`` passed with workers still silent (reported as hung)."""
+    """A call's whole-call ``deadline`` passed with workers still silent (reported as hung).
+
+    ``results``: what was received before the deadline; the hung workers stay pending.
+    """
 
     def __init__(
-        self, message: str, *, hung_workers: list[int], results: list[Any] | None = None
+        self,
+        *,
+        hung_workers: list[int],
+        deadline: float | None,
+        who: str = "workers",
+        fix: str = "they stay pending. Raise `deadline` if the envs are just slow, or close() "
+        "the sampler to kill them",
+        results: Sequence[Any] = (),
     ) -> None:
-        super().__init__(message)
+        super().__init__(
+            f"{who} {hung_workers} did not answer within deadline={deadline} s; {fix}."
+        )
         self.hung_workers = hung_workers
-        #: Results received before the deadline; the hung workers stay pending.
-        self.results: list[Any] = results if results is not None else []
+        self.deadline = deadline
+        self.results: list[Any] = list(results)
 
 
 class RestartLimitError(WorkerError):
     """A worker failed more often than ``max_restarts`` allows."""
 
+    def __init__(self, *, worker: int, reason: str, history: list[tuple[int, str]],
+                 max_restarts: int, env: int | None = None, command: str = "STEP",
+                 remote_traceback: str = "", results: Sequence[StepResult] = ()) -> None:
+        self.reason_text = reason
+        self.history = list(history)
+        self.max_restarts = max_restarts
+        super().__init__(worker=worker, env=env, command=command,
+                         remote_traceback=remote_traceback, results=results)
 
-# --- the Ray backend (vecsample.ray) ------------------------------------------------------------
-
-
-class ActorsLostError(VecSampleError, RuntimeError):
-    """Every Ray actor of a RaySampler died more often than ``max_restarts`` allows."""
-
-
-# --- meta-RL (issue 5) -------------------------------------------------------------------------
-
-
-class TaskEnvError(ConfigError):
-    """An env used for meta-RL has no ``sample_tasks`` / ``reset_task`` (it is not a task env)."""
-
-
-class EpisodesError(VecSampleError, ValueError):
-    """``BatchEpisodes`` was read before it held what was asked (no steps, no advantages)."""
-
-
-class BaselineFitError(VecSampleError, RuntimeError):
-    """The linear baseline's normal equations stayed singular at every regularisation tried."""
-
-
-# --- device placement --------------------------------------------------------------------------
-
-
-class PlacementError(VecSampleError, ValueError):
-    """A device cannot be used as asked (unknown name, no CUDA, policies that do not match)."""
+    def _format(  # type: ignore[override]
+        self, worker: int, env: int | None, command: str, exc_type: str, message: str
+    ) -> str:
+        return (
+            f"worker {worker} {self.reason_text}, and the sampler already restarted workers "
+            f"{len(self.history)} times (max_restarts={self.max_restarts}); fix the env or "
+            f"raise max_restarts. Earlier restarts: {self.history}."
+        )

@@ -16,7 +16,15 @@ pipe: it lives in shared memory (``vecsample.shm``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum, IntEnum
+from typing import Any
+
+import gymnasium as gym
+
+#: What builds one env in a worker: called there, once per env (and again on a restart).
+EnvFn = Callable[[], gym.Env[Any, Any]]
 
 
 class Command(IntEnum):
@@ -63,3 +71,14 @@ OK_MESSAGE = b"\x00"
 #: Infos of one step, sparse: (local env index, step info, reset info or None).
 #: The reset info is set when the env was auto-reset during this step.
 InfoRecord = tuple[int, dict[str, object], "dict[str, object] | None"]
+
+
+@dataclass
+class ErrorReport:
+    """What a worker sends (with ``Reply.ERROR``) when a handler raised."""
+
+    env: int | None
+    command: str
+    exc_type: str
+    message: str
+    traceback: str

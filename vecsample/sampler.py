@@ -31,12 +31,21 @@ import numpy as np
 
 from vecsample import errors, handshake, signals
 from vecsample.handshake import DOORBELL, REPLY_MESSAGE, ParentSide
-from vecsample.profile import PhaseTimer
-from vecsample.protocol import OK_MESSAGE, AutoresetMode, Command, Reply, WorkerState
+from vecsample.protocol import (
+    OK_MESSAGE,
+    AutoresetMode,
+    Command,
+    EnvFn,
+    ErrorReport,
+    Reply,
+    WorkerState,
+)
+from vecsample.results import StepResult
 from vecsample.seeding import SeedArg, check_seed, env_seeds, resolve_seeds, restart_seed
 from vecsample.shm import STAT_FIELDS, SharedBuffers, Views
 from vecsample.spaces import bounds_checker, check_action_leaf, copy_tree, flatten, leaves
-from vecsample.worker import EnvFn, ErrorReport, WorkerSpec, worker_main
+from vecsample.stats import PhaseSource, merged_totals, wall_split
+from vecsample.worker import WorkerSpec, worker_main
 
 #: Default whole-call deadline (seconds): no call blocks longer, even if a worker hangs.
 DEFAULT_DEADLINE = 300.0
@@ -63,26 +72,6 @@ class EnvMaker:
         if self.env_id not in gym.registry and importlib.util.find_spec("vecsample.envs"):
             importlib.import_module("vecsample.envs")  # registers the meta-RL task envs
         return gym.make(self.env_id, **self.kwargs)
-
-
-@dataclass
-class StepResult:
-    """One worker's step (or, from ``step()``, every env's). Arrays alias shared memory."""
-
-    worker: int | None
-    env_ids: range
-    obs: Any
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    final_obs: Any
-    has_final_obs: np.ndarray
-    #: Workers restarted since their last step flag their envs here (see docs/reliability.md).
-    restarted: np.ndarray
-    #: Non-empty step infos by global env id.
-    infos: dict[int, dict[str, Any]] = field(default_factory=dict)
-    #: Infos of the resets done by autoreset during this step, by global env id.
-    reset_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 class VecSampler:
@@ -140,8 +129,8 @@ class VecSampler:
         self._views = [self._buffers.views(*self._bounds(w)) for w in range(self.num_workers)]
         self._states = [WorkerState.IDLE] * self.num_workers
         self._timers = {"send_s": 0.0, "wait_s": 0.0, "recvs": 0.0, "workers_received": 0.0}
-        #: Parent-side phases charged by vecsample.rollout (inference, copy, sync); see stats().
-        self.phases = PhaseTimer()
+        self._born = time.perf_counter()
+        self._phase_sources: list[PhaseSource] = []  # add_phases(): timers of code built on us
         self._fns, self._infos, self._threads = fns, infos, threads_per_worker
         self._affinity = _affinity(cpu_affinity, self.num_workers)
         self._ordered = handshake.ORDERED
@@ -166,6 +155,11 @@ class VecSampler:
     def worker_env_ids(self, worker: int) -> range:
         """The global env ids stepped by ``worker`` (a contiguous block)."""
         return range(*self._bounds(self._check_index(worker)))
+
+    def worker_pids(self) -> list[int]:
+        """The workers' process ids, in worker order; a restarted worker has a new one."""
+        self._check_open()
+        return [int(proc.pid) for proc in self._procs]
 
     def _start(self) -> tuple[list[Any], list[Connection]]:
         procs: list[Any] = []
@@ -278,10 +272,7 @@ class VecSampler:
         self._check_open()
         pending = [w for w, s in enumerate(self._states) if s is WorkerState.STEPPING]
         if not pending:
-            raise errors.NoPendingError(
-                "step_recv() called with no step in flight; call step_send(worker, actions) "
-                "first (or step(actions) for a full batch)."
-            )
+            raise errors.NoPendingError()
         window = _check_deadline(timeout, "timeout")
         limit = self.deadline if deadline is None else _check_deadline(deadline, "deadline")
         return self._recv(pending, window, limit, copy)
@@ -345,7 +336,8 @@ class VecSampler:
             if window_end is not None and now >= window_end:
                 break
             if deadline_at is not None and now >= deadline_at:
-                raise self._hung(sorted(waiting), results)
+                raise errors.DeadlineExceededError(hung_workers=sorted(waiting), deadline=limit,
+                                                   results=results)
             until = _earliest(deadline_at, window_end)
             sentinels = {self._procs[w].sentinel: w for w in waiting}
             dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
@@ -432,7 +424,7 @@ class VecSampler:
                 return results
             except errors.WorkerError as exc:
                 results += exc.results
-                results.append(self._restart(exc.worker, _reason(exc), exc, results, copy))
+                results.append(self._restart(exc.worker, exc.reason, exc, results, copy))
             if window is not None:  # a partial batch: the restarted worker is enough
                 return results
             pending = [w for w in pending if self._states[w] is WorkerState.STEPPING]
@@ -446,10 +438,8 @@ class VecSampler:
         if len(self.restart_log) >= self.max_restarts:
             self._states[w] = WorkerState.FAILED
             raise errors.RestartLimitError(
-                f"worker {w} {reason}, and the sampler already restarted workers "
-                f"{len(self.restart_log)} times (max_restarts={self.max_restarts}); fix the env "
-                f"or raise max_restarts. Earlier restarts: {self.restart_log}.",
-                worker=w, env=getattr(cause, "env", None), command="STEP",
+                worker=w, reason=reason, history=self.restart_log,
+                max_restarts=self.max_restarts, env=getattr(cause, "env", None),
                 remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
             ) from cause
         self.restart_log.append((w, reason))
@@ -493,8 +483,7 @@ class VecSampler:
     def _heal(self, w: int) -> None:
         """With ``restart`` on, a worker left failed or dead by a synchronous call is respawned
         before its next use (its envs flagged like any restart)."""
-        cause = errors.WorkerError(f"worker {w} was {self._states[w].value}", worker=w,
-                                   env=None, command="HEAL")
+        cause = errors.WorkerLostError(call="heal", worker=w, state=self._states[w].value)
         self._restart(w, f"was {self._states[w].value} after a synchronous call", cause, [], False)
         self._states[w] = WorkerState.IDLE
 
@@ -598,7 +587,11 @@ class VecSampler:
                 # workers are marked failed (restart respawns them on a fresh pipe).
                 for w in waiting.values():
                     self._states[w] = WorkerState.FAILED
-                raise self._hung(sorted(waiting.values()), [])
+                raise errors.DeadlineExceededError(
+                    hung_workers=sorted(waiting.values()), deadline=limit,
+                    fix="they are marked failed and must be restarted; raise `deadline` if the "
+                    "envs are just slow",
+                )
             for w in sorted({waiting[c] for c in ready if c in waiting} | self._dead_in(ready)):
                 if w in waiting.values():
                     del waiting[self._conns[w]]
@@ -631,19 +624,13 @@ class VecSampler:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise errors.ClosedError("this VecSampler is closed; create a new one.")
+            raise errors.ClosedError(what="VecSampler")
 
     def _check_index(self, worker: Any) -> int:
         self._check_open()
-        if isinstance(worker, bool) or not isinstance(worker, numbers.Integral):
-            raise errors.WorkerIndexError(
-                f"worker must be an int in range({self.num_workers}), got {worker!r}."
-            )
-        if not 0 <= int(worker) < self.num_workers:
-            raise errors.WorkerIndexError(
-                f"worker {worker} is out of range: this sampler has {self.num_workers} workers "
-                f"(0..{self.num_workers - 1})."
-            )
+        if (isinstance(worker, bool) or not isinstance(worker, numbers.Integral)
+                or not 0 <= int(worker) < self.num_workers):
+            raise errors.WorkerIndexError(worker=worker, num_workers=self.num_workers)
         return int(worker)
 
     def _expect_idle(self, w: int, call: str) -> None:
@@ -654,14 +641,8 @@ class VecSampler:
             self._heal(w)
             return
         if state is WorkerState.STEPPING:
-            raise errors.WorkerBusyError(
-                f"{call}() to worker {w}, whose previous step is still pending; call "
-                f"step_recv() until it returns worker {w} first."
-            )
-        raise errors.PendingCallError(
-            f"{call}() to worker {w}, which is {state.value}; close() the sampler (or enable "
-            f"restart) and create a new one."
-        )
+            raise errors.WorkerBusyError(call=call, workers=[w], to_one=True)
+        raise errors.WorkerLostError(call=call, worker=w, state=state.value)
 
     def _expect_all_idle(self, call: str) -> None:
         self._check_open()
@@ -669,10 +650,7 @@ class VecSampler:
             return  # the hot path (every step() call): one C-level count
         stepping = [w for w, s in enumerate(self._states) if s is WorkerState.STEPPING]
         if stepping:
-            raise errors.PendingCallError(
-                f"{call}() called while the steps of workers {stepping} are pending; call "
-                f"step_recv() until they are received first."
-            )
+            raise errors.WorkerBusyError(call=call, workers=stepping)
         for w in range(self.num_workers):
             self._expect_idle(w, call)
 
@@ -685,36 +663,32 @@ class VecSampler:
                 for leaf, part, bounds in zip(self._action_leaves, parts, self._action_bounds,
                                               strict=True)]
 
-    def _died(self, w: int, command: str, results: list[Any]) -> errors.WorkerDiedError:
+    def _died(self, w: int, command: str, results: list[StepResult]) -> errors.WorkerDiedError:
         proc = self._procs[w]
         proc.join(0.1)
         return errors.WorkerDiedError(
-            f"worker {w} (pid {proc.pid}) died during {command} with exit code "
-            f"{proc.exitcode}; its envs {list(self.worker_env_ids(w))} are lost. Check the "
-            f"env for crashes (os._exit, segfault, OOM kill), or enable restart.",
-            worker=w, exitcode=proc.exitcode, command=command, results=results,
-        )
-
-    def _hung(self, workers: list[int], results: list[Any]) -> errors.DeadlineExceededError:
-        return errors.DeadlineExceededError(
-            f"workers {workers} did not answer within the deadline ({self.deadline}s unless "
-            f"overridden); they are reported as hung and stay pending. Raise `deadline` if "
-            f"the envs are just slow, or close() the sampler to kill them.",
-            hung_workers=workers, results=results,
+            worker=w, pid=proc.pid, exitcode=proc.exitcode, command=command,
+            env_ids=self.worker_env_ids(w), results=results,
         )
 
     # --- stats and lifetime ----------------------------------------------------------------------
 
+    def add_phases(self, source: PhaseSource) -> None:
+        """Adds ``source``'s phases (a ``PhaseTimer``, say) to the wall-time split of stats()."""
+        self._phase_sources.append(source)
+
     def stats(self) -> dict[str, float]:
         """Totals since construction: env stepping (workers), send and wait (parent), plus
         ``wall_s``, ``<phase>_s`` / ``<phase>_pct`` of the wall time for every parent phase
-        (send, wait and what the rollout charges to ``phases``), ``other`` and ``steps_per_s``."""
+        (send, wait, and those of every source given to ``add_phases``), ``other`` and
+        ``steps_per_s``."""
         counters = self._buffers.stats().sum(axis=0)
         out = {name: float(counters[i]) for i, name in enumerate(STAT_FIELDS)}
         out.update(self._timers)
-        # Totals and % of the wall time, with the phases vecsample.rollout charges (profile.py).
-        out.update(self.phases.summary({"send": out["send_s"], "wait": out["wait_s"]},
-                                       steps=out["env_steps"]))
+        # Totals and % of the wall time, with the phases that add_phases() registered.
+        own = {"send": out["send_s"], "wait": out["wait_s"]}
+        wall = time.perf_counter() - self._born
+        out.update(wall_split(merged_totals(self._phase_sources, own), wall, out["env_steps"]))
         return out
 
     @property
@@ -811,13 +785,6 @@ def _check_max_restarts(value: Any) -> int:
             f"got {value!r}."
         )
     return int(value)
-
-
-def _reason(exc: errors.WorkerError) -> str:
-    if isinstance(exc, errors.WorkerDiedError):
-        return f"died with exit code {exc.exitcode}"
-    lines = exc.remote_traceback.strip().splitlines()
-    return f"raised in env {exc.env}: {lines[-1] if lines else exc}"
 
 
 def _divisors(n: int) -> list[int]:
@@ -917,18 +884,12 @@ def _pickle_error(exc: Exception, context: str) -> errors.EnvFactoryError:
     )
 
 
-def _worker_error(w: int, report: Any, results: list[Any]) -> errors.WorkerError:
-    assert isinstance(report, ErrorReport)
-    message = (
-        f"env {report.env} in worker {w} raised {report.exc_type} during {report.command}: "
-        f"{report.message}"
+def _worker_error(w: int, report: object, results: list[StepResult]) -> errors.WorkerError:
+    assert isinstance(report, ErrorReport), report
+    return errors.WorkerError(
+        worker=w, env=report.env, command=report.command, exc_type=report.exc_type,
+        message=report.message, remote_traceback=report.traceback, results=results,
     )
-    error = errors.WorkerError(
-        message, worker=w, env=report.env, command=report.command,
-        remote_traceback=report.traceback, results=results,
-    )
-    error.__cause__ = errors.RemoteTraceback(report.traceback)
-    return error
 
 
 def _dumps(command: Command, payload: Any) -> bytes:

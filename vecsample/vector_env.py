@@ -15,10 +15,10 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from vecsample import errors
-from vecsample.protocol import AutoresetMode
-from vecsample.sampler import EnvMaker, StepResult, VecSampler, usable_cores
+from vecsample.protocol import AutoresetMode, EnvFn
+from vecsample.results import StepResult
+from vecsample.sampler import EnvMaker, VecSampler, usable_cores
 from vecsample.spaces import copy_tree, index_tree
-from vecsample.worker import EnvFn
 
 
 class VectorEnv(gym.vector.VectorEnv):

@@ -26,11 +26,17 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample.handshake import REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
-from vecsample.protocol import OK_MESSAGE, AutoresetMode, Command, InfoRecord, Reply
+from vecsample.protocol import (
+    OK_MESSAGE,
+    AutoresetMode,
+    Command,
+    EnvFn,
+    ErrorReport,
+    InfoRecord,
+    Reply,
+)
 from vecsample.shm import SharedBuffers, Views
 from vecsample.spaces import flatten, unflatten
-
-EnvFn = Callable[[], gym.Env[Any, Any]]
 
 #: How often the watchdog thread checks that the parent is still alive (seconds).
 WATCHDOG_PERIOD = 0.2
@@ -59,17 +65,6 @@ class WorkerSpec:
     ring_writer: Connection | None = None
     #: handshake.ORDERED as the parent saw it (tests force the unordered protocol through it).
     ordered: bool = True
-
-
-@dataclass
-class ErrorReport:
-    """What a worker sends when a handler raised."""
-
-    env: int | None
-    command: str
-    exc_type: str
-    message: str
-    traceback: str
 
 
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vecsample.errors import BaselineFitError
 from vecsample.maml.episodes import BatchEpisodes
+from vecsample.maml.errors import BaselineFitError
 
 #: How many times the ridge term is multiplied by 10 before the fit gives up.
 FIT_ATTEMPTS = 5

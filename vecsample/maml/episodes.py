@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from numpy.typing import ArrayLike, NDArray
 
-from vecsample.errors import EpisodesError
+from vecsample.maml.errors import EpisodesError
 from vecsample.maml.losses import discounted_cumsum, valid_mask, weighted_normalize
 
 

@@ -39,9 +39,11 @@ import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work
 from vecsample import errors
 from vecsample.envs.base import Task, TaskEnv
 from vecsample.maml.episodes import BatchEpisodes
+from vecsample.maml.errors import TaskEnvError
 from vecsample.maml.losses import reinforce_loss
 from vecsample.protocol import AutoresetMode
-from vecsample.sampler import DEFAULT_CONTEXT, DEFAULT_DEADLINE, StepResult, VecSampler
+from vecsample.results import StepResult
+from vecsample.sampler import DEFAULT_CONTEXT, DEFAULT_DEADLINE, VecSampler
 
 Params = Mapping[str, torch.Tensor]
 Futures = tuple[list[list["asyncio.Future[BatchEpisodes]"]], list["asyncio.Future[BatchEpisodes]"]]
@@ -164,7 +166,7 @@ class MultiTaskSampler:
         self.deadline = deadline
         self.env = env if env is not None else gym.make(env_name, **self.env_kwargs)
         if not isinstance(self.env.unwrapped, TaskEnv):
-            raise errors.TaskEnvError(
+            raise TaskEnvError(
                 f"{env_name} is not a meta-RL task env: expected sample_tasks(n) and "
                 f"reset_task(task) on env.unwrapped, got {type(self.env.unwrapped).__name__}. "
                 "See vecsample.envs for the registered task envs."
@@ -453,10 +455,9 @@ class _Rollout:
                     return list(exc.results)
                 if self._left() <= 0:
                     raise errors.DeadlineExceededError(
-                        f"No worker replied within deadline={self.sampler.deadline} s; "
-                        f"workers {exc.hung_workers} look hung. Raise the deadline for slow "
-                        "envs, or find what blocks the env.",
-                        hung_workers=exc.hung_workers,
+                        hung_workers=exc.hung_workers, deadline=self.sampler.deadline,
+                        fix="no worker replied and they look hung. Raise the deadline for "
+                        "slow envs, or find what blocks the env",
                     ) from exc
 
     def _left(self) -> float:

@@ -40,11 +40,11 @@ import ray
 from ray.exceptions import RayActorError
 
 from vecsample import errors
-from vecsample.protocol import AutoresetMode
+from vecsample.protocol import AutoresetMode, EnvFn
+from vecsample.ray.errors import ActorsLostError
 from vecsample.sampler import DEFAULT_DEADLINE, VecSampler, _check_deadline, _env_fns
 from vecsample.seeding import check_seed
 from vecsample.spaces import Leaf, leaves
-from vecsample.worker import EnvFn
 
 __all__ = [
     "Chunk",
@@ -378,10 +378,10 @@ class RaySampler:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.deadline)
             if len(ready) < len(refs):
                 raise errors.DeadlineExceededError(
-                    f"{len(refs) - len(ready)} of {len(refs)} Ray actors did not start within "
-                    f"{self.deadline}s; check `ray status` for free CPUs (each actor asks for "
-                    f"num_cpus={self.workers_per_actor}).",
                     hung_workers=[i for i, r in enumerate(refs) if r not in ready],
+                    deadline=self.deadline, who="Ray actors (starting)",
+                    fix=f"check `ray status` for free CPUs (each actor asks for "
+                    f"num_cpus={self.workers_per_actor})",
                 )
             for slot, node in zip(self._slots, ray.get(refs), strict=True):
                 slot.node_id = node
@@ -438,9 +438,9 @@ class RaySampler:
         if len(ready) < len(firsts):
             hung = [s.actor_id for s in self._live() if s.pending and s.pending[0] in firsts]
             raise errors.DeadlineExceededError(
-                f"actors {hung} sent no chunk within the deadline ({self.deadline}s); their "
-                f"requests stay pending. Raise `deadline` or shorten `chunk_length`.",
-                hung_workers=hung, results=chunks,
+                hung_workers=hung, deadline=self.deadline, who="Ray actors",
+                fix="their requests stay pending. Raise `deadline` or shorten `chunk_length`",
+                results=chunks,
             )
         return chunks
 
@@ -493,7 +493,7 @@ class RaySampler:
         self._stats["chunks_lost"] += len(slot.pending)
         slot.pending.clear()
         if not self._live():
-            raise errors.ActorsLostError(
+            raise ActorsLostError(
                 f"every Ray actor died more than max_restarts={self.max_restarts} times; "
                 f"check the actors' logs (`ray logs`) and the nodes' memory."
             )

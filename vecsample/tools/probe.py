@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from vecsample.device import CPU, TorchBench, available_devices
-from vecsample.profile import PhaseTimer, format_report
+from vecsample.train.device import CPU, TorchBench, available_devices
+from vecsample.train.profile import PhaseTimer, format_report
 
 ROLES = ("inference", "train")
 ROLE_TITLES = {

@@ -28,9 +28,9 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample.errors import ConfigError
+from vecsample.protocol import EnvFn
 from vecsample.sampler import EnvMaker, VecSampler
 from vecsample.testing import SlowEnv
-from vecsample.worker import EnvFn
 
 Policy = Callable[[np.ndarray], np.ndarray]
 

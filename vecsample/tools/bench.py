@@ -1,6 +1,6 @@
 """``vecsample bench``: vecsample against the bare loop and the other samplers, in one run.
 
-For each env id and env count, every backend of ``vecsample.bench_backends`` is built once,
+For each env id and env count, every backend of ``vecsample.tools.bench_backends`` is built once,
 then measured ``--repeats`` times, the backends taking turns, so load from elsewhere on the
 machine falls on every row alike. Each figure is the median of its repeats, also given as a
 ratio to the bare loop in one process (the per-core limit) and to ``cores`` bare loops at once
@@ -24,7 +24,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from vecsample.bench_backends import (
+from vecsample.errors import ConfigError
+from vecsample.sampler import usable_cores
+from vecsample.tools.bench_backends import (
     BACKENDS,
     Backend,
     Config,
@@ -32,9 +34,7 @@ from vecsample.bench_backends import (
     cpu_seconds,
     round_trips,
 )
-from vecsample.compare import format_table
-from vecsample.errors import ConfigError
-from vecsample.sampler import usable_cores
+from vecsample.tools.compare import format_table
 
 #: Env counts per env id when --num-envs is not given (the targets of issue 4).
 DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64]}

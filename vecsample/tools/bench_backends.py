@@ -23,8 +23,8 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from vecsample.compare import sampling_loop
 from vecsample.sampler import EnvMaker, VecSampler
+from vecsample.tools.compare import sampling_loop
 from vecsample.vector_env import VectorEnv
 
 Policy = Callable[[np.ndarray], np.ndarray]

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vecsample.errors import PlacementError
+from vecsample.train.errors import PlacementError
 
 Clock = Callable[[], float]
 #: How a policy is called on a batch of observations; the default is ``module(obs)``.

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, TypedDict
 
+from vecsample.stats import wall_split
+
 Clock = Callable[[], float]
 
 
@@ -146,17 +148,8 @@ class PhaseTimer:
         ``external`` adds phases timed elsewhere on the same wall clock (the sampler's ``send``
         and ``wait``); ``steps`` overrides the step count used for ``steps_per_s``.
         """
-        wall = self.wall_s
         totals = {**self.totals(), **dict(external or {})}
-        out: dict[str, float] = {"wall_s": wall}
-        for name, seconds in totals.items():
-            out[f"{name}_s"] = seconds
-            out[f"{name}_pct"] = _pct(seconds, wall)
-        other = wall - sum(totals.values())
-        out["other_s"], out["other_pct"] = other, _pct(other, wall)
-        count = self._steps if steps is None else steps
-        out["steps_per_s"] = count / wall if wall > 0 else 0.0
-        return out
+        return wall_split(totals, self.wall_s, self._steps if steps is None else steps)
 
     def _charge(self, name: str, seconds: float, *, count: int) -> None:
         phase = self._phases.setdefault(name, _Phase())

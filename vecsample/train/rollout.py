@@ -5,9 +5,9 @@
 
 * **Sampling copy.** Inference runs on a copy of the training policy on ``rollout_device``. It is
   synced from the training policy once per :meth:`Rollout.collect`, never per step, through a
-  preallocated flat buffer (:class:`vecsample.device.WeightSync`); the sync is timed.
+  preallocated flat buffer (:class:`vecsample.train.device.WeightSync`); the sync is timed.
 * **Placement.** ``device="auto"`` measures inference, a training step and the transfers on each
-  available device and chooses where to sample and where to train (:mod:`vecsample.device`).
+  available device and chooses where to sample and where to train (:mod:`vecsample.train.device`).
 * **Partial batches.** With ``timeout=<seconds>`` the rollout sends each worker its actions as
   soon as that worker's step arrives (``step_recv(timeout)``), instead of waiting for the slowest
   one. Each env keeps its own position ``t``, so whatever order steps arrive in, env ``i``'s
@@ -44,7 +44,10 @@ import torch
 from torch import nn
 
 from vecsample import errors
-from vecsample.device import (
+from vecsample.protocol import AutoresetMode
+from vecsample.results import StepResult
+from vecsample.sampler import VecSampler
+from vecsample.train.device import (
     CPU,
     Forward,
     Placement,
@@ -54,9 +57,7 @@ from vecsample.device import (
     resolve_device,
     state_tensors,
 )
-from vecsample.profile import PhaseTimer
-from vecsample.protocol import AutoresetMode
-from vecsample.sampler import StepResult, VecSampler
+from vecsample.train.profile import PhaseTimer
 
 #: ``act(sampling_policy, obs) -> {"actions": tensor, **extras}`` (or just the actions tensor).
 #: ``obs`` is a float32 (n, *obs_shape) tensor on the rollout device; every output has n rows.
@@ -167,8 +168,9 @@ class Rollout:
         self.train_device = torch.device(self.placement.train_device)
         self.sampling_policy = copy.deepcopy(policy).to(self.rollout_device)
         self._weight_sync = WeightSync(policy, self.sampling_policy)
-        #: The sampler's phase timer: inference, copy and sync land next to its send and wait.
-        self.timer: PhaseTimer = self.sampler.phases
+        #: Inference, copy and sync; the sampler's stats() splits its wall time among them too.
+        self.timer = PhaseTimer()
+        self.sampler.add_phases(self.timer)
         uses_cuda = "cuda" in (self.rollout_device.type, self.train_device.type)
         self.batch = self._allocate(torch.device(storage_device), pin=uses_cuda)
         self.episodes: list[Episode] = []

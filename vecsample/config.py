@@ -1,0 +1,241 @@
+"""A sampler's validated configuration, and the checks every constructor of the package shares.
+
+``SamplerConfig.build(...)`` takes ``VecSampler``'s constructor arguments, checks each one, and
+returns a frozen record; nothing after it re-validates. The small checks (``check_int``,
+``check_seconds``, ``env_factories``) are public so that the Ray backend, the meta-RL sampler
+and the tools reject bad input with the same words.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import multiprocessing as mp
+import numbers
+import os
+import threading
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from vecsample.errors import ConfigError
+from vecsample.protocol import AutoresetMode, EnvFn
+from vecsample.seeding import check_seed
+
+#: Default whole-call deadline (seconds): no call blocks longer, even if a worker hangs.
+DEFAULT_DEADLINE = 300.0
+#: How long the parent and the workers poll the step handshake's counters before sleeping on a
+#: pipe, when every worker can have a core of its own (µs). It skips scheduler wake-ups (an IPI
+#: on a VM, docs/benchmarks.md); with more workers than cores, spinning would steal their CPU.
+AUTO_SPIN_US = 200.0
+#: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline.
+STARTUP_DEADLINE = 120.0
+#: forkserver: safe with threads in the parent (torch, CUDA), starts workers from a small clean
+#: process instead of copying the trainer's memory, and gives the same picklability rules on
+#: every platform as spawn, while starting faster than spawn once the server is up.
+DEFAULT_CONTEXT = "forkserver"
+
+
+@dataclass(frozen=True)
+class EnvMaker:
+    """A picklable factory for ``gym.make(env_id, **kwargs)``."""
+
+    env_id: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        if self.env_id not in gym.registry and importlib.util.find_spec("vecsample.envs"):
+            importlib.import_module("vecsample.envs")  # registers the meta-RL task envs
+        return gym.make(self.env_id, **self.kwargs)
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """``VecSampler``'s constructor arguments, validated (see its docstring for each)."""
+
+    env_fns: tuple[EnvFn, ...]
+    num_workers: int
+    seed: int | None
+    autoreset_mode: AutoresetMode
+    infos: bool
+    context: str
+    deadline: float | None
+    threads_per_worker: int | None
+    cpu_affinity: tuple[tuple[int, ...] | None, ...]
+    check_actions: bool
+    restart: bool
+    max_restarts: int
+    spin_s: float
+
+    @property
+    def num_envs(self) -> int:
+        return len(self.env_fns)
+
+    @property
+    def envs_per_worker(self) -> int:
+        return self.num_envs // self.num_workers
+
+    def bounds(self, worker: int) -> tuple[int, int]:
+        """The global env ids ``[lo, hi)`` that ``worker`` steps (a contiguous block)."""
+        lo = worker * self.envs_per_worker
+        return lo, lo + self.envs_per_worker
+
+    @classmethod
+    def build(
+        cls,
+        env_fns: Sequence[EnvFn] | str,
+        *,
+        num_envs: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        num_workers: int = 1,
+        seed: int | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        infos: bool = True,
+        context: str = DEFAULT_CONTEXT,
+        deadline: float | None = DEFAULT_DEADLINE,
+        threads_per_worker: int | None = 1,
+        cpu_affinity: Sequence[Sequence[int]] | bool | None = None,
+        check_actions: bool = True,
+        restart: bool = False,
+        max_restarts: int = 3,
+        spin_us: float | None = None,
+    ) -> SamplerConfig:
+        fns = env_factories(env_fns, num_envs, env_kwargs)
+        workers = check_workers(num_workers, len(fns))
+        return cls(
+            env_fns=tuple(fns),
+            num_workers=workers,
+            seed=None if seed is None else check_seed(seed),
+            autoreset_mode=check_mode(autoreset_mode),
+            infos=bool(infos),
+            context=check_context(context),
+            deadline=check_seconds(deadline, "deadline"),
+            threads_per_worker=None if threads_per_worker is None
+            else check_int(threads_per_worker, "threads_per_worker"),
+            cpu_affinity=check_affinity(cpu_affinity, workers),
+            check_actions=bool(check_actions),
+            restart=bool(restart),
+            max_restarts=check_int(max_restarts, "max_restarts", minimum=0),
+            spin_s=spin_seconds(spin_us, workers),
+        )
+
+
+# --- checks shared by every constructor ---------------------------------------------------------
+
+
+def check_int(value: Any, name: str, minimum: int = 1, fix: str = "") -> int:
+    """``value`` as an int ``>= minimum``; a bool, a float or a smaller int is a ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ConfigError(name=name, expected=f"an int >= {minimum}", got=value, fix=fix)
+    return int(value)
+
+
+def check_seconds(value: Any, name: str) -> float | None:
+    """``value`` as seconds (a real number >= 0) or None; anything else is a ConfigError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) >= 0:
+        raise ConfigError(name=name, expected="None or a number of seconds >= 0", got=value)
+    return float(value)
+
+
+def env_factories(
+    env_fns: Sequence[EnvFn] | str, num_envs: int | None, env_kwargs: dict[str, Any] | None
+) -> list[EnvFn]:
+    """One factory per env: ``env_fns`` as given, or ``num_envs`` makers of an env id."""
+    if isinstance(env_fns, str):
+        count = check_int(num_envs, "num_envs", fix=f"with an env id ({env_fns!r}) pass "
+                          "num_envs=<int>")
+        return [EnvMaker(env_fns, dict(env_kwargs or {}))] * count
+    if env_kwargs:
+        raise ConfigError("env_kwargs is only used with an env id; bind kwargs in env_fns.")
+    fns = list(env_fns)
+    if not fns:
+        raise ConfigError("env_fns is empty; pass at least one env factory.")
+    bad = [i for i, fn in enumerate(fns) if not callable(fn)]
+    if bad:
+        raise ConfigError(
+            name=f"env_fns[{bad[0]}]", expected="a callable that returns an env", got=fns[bad[0]],
+            fix="pass factories such as functools.partial(gym.make, 'CartPole-v1'), not env "
+            "instances",
+        )
+    if num_envs is not None and num_envs != len(fns):
+        raise ConfigError(f"num_envs={num_envs} but {len(fns)} env_fns were given.")
+    return fns
+
+
+def check_workers(num_workers: Any, num_envs: int) -> int:
+    """``num_workers`` if it is an int >= 1 that divides ``num_envs``."""
+    workers = check_int(num_workers, "num_workers")
+    if num_envs % workers:
+        divisors = [d for d in range(1, num_envs + 1) if num_envs % d == 0]
+        raise ConfigError(
+            f"num_envs={num_envs} is not divisible by num_workers={workers}; choose "
+            f"num_workers from {divisors}."
+        )
+    return workers
+
+
+def check_mode(mode: AutoresetMode | str) -> AutoresetMode:
+    """An ``AutoresetMode`` from ours, gymnasium's, or their string value."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    value = getattr(mode, "value", mode)  # accepts gymnasium's own AutoresetMode enum too
+    try:
+        return AutoresetMode(value)
+    except ValueError:
+        choices = [m.value for m in AutoresetMode]
+        raise ConfigError(name="autoreset_mode", expected=f"one of {choices}", got=mode) from None
+
+
+def check_context(name: str) -> str:
+    """A start method this platform has; warns once about fork with threads running."""
+    methods = mp.get_all_start_methods()
+    if name not in methods:
+        raise ConfigError(name="context", expected=f"one of {methods}", got=name)
+    if name == "fork" and threading.active_count() > 1:
+        # Forking a multi-threaded parent can deadlock the child on a lock held by another
+        # thread; allowed because it is fast and often fine, but the user should know.
+        warnings.warn("context='fork' with threads running in the parent can deadlock workers; "
+                      "prefer 'forkserver'.", RuntimeWarning, stacklevel=4)
+    return name
+
+
+def check_affinity(
+    value: Sequence[Sequence[int]] | bool | None, workers: int
+) -> tuple[tuple[int, ...] | None, ...]:
+    """One core list (or None) per worker: True pins worker w to the w-th usable core."""
+    if value is None or value is False:
+        return (None,) * workers
+    if value is True:
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if not cores:
+            raise ConfigError("cpu_affinity=True needs os.sched_getaffinity (Linux); pass one "
+                              "core list per worker or leave it None.")
+        return tuple((cores[w % len(cores)],) for w in range(workers))
+    sets = tuple(tuple(s) for s in value)
+    if len(sets) != workers:
+        raise ConfigError(name="cpu_affinity", expected=f"one core list per worker ({workers})",
+                          got=f"{len(sets)} lists")
+    return sets
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; all of them off Linux)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def spin_seconds(spin_us: float | None, num_workers: int) -> float:
+    """The spin before sleeping, in seconds: ``spin_us``, or AUTO_SPIN_US while cores suffice."""
+    if spin_us is None:
+        # Without an affinity mask (off Linux) the cores we get are unknown: spin for a
+        # single worker only, rather than steal CPU from workers that may share a core.
+        cores = usable_cores() if hasattr(os, "sched_getaffinity") else 1
+        return AUTO_SPIN_US * 1e-6 if num_workers <= cores else 0.0
+    value = check_seconds(spin_us, "spin_us")
+    return 0.0 if value is None else value * 1e-6

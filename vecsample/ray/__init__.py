@@ -1,0 +1,25 @@
+"""The Ray backend: one local ``VecSampler`` per actor, rollout chunks with versioned weights.
+
+Imported only when used: this package is the only one that imports ``ray``. See
+docs/distributed.md.
+"""
+
+from vecsample.ray.errors import ActorsLostError
+from vecsample.ray.sampler import (
+    Chunk,
+    ChunkCollector,
+    Policy,
+    RaySampler,
+    TorchPolicy,
+    numpy_weights,
+)
+
+__all__ = [
+    "ActorsLostError",
+    "Chunk",
+    "ChunkCollector",
+    "Policy",
+    "RaySampler",
+    "TorchPolicy",
+    "numpy_weights",
+]

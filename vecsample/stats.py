@@ -1,0 +1,43 @@
+"""How ``stats()`` splits a sampler's wall time: its own phases plus those timed by its users.
+
+The core times two parent phases itself (``send``, ``wait``). Code built on it (the rollout in
+``vecsample.train``) times more (``inference``, ``copy``, ``sync``) and registers its timer with
+``VecSampler.add_phases``, so one ``stats()`` call splits the wall time among all of them
+without the core importing that code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+
+class PhaseSource(Protocol):
+    """Anything that reports seconds per named phase (``vecsample.train.profile.PhaseTimer``)."""
+
+    def totals(self) -> dict[str, float]: ...
+
+
+def wall_split(totals: Mapping[str, float], wall: float, steps: float) -> dict[str, float]:
+    """``<phase>_s`` and ``<phase>_pct`` of ``wall`` per phase, the rest as ``other``, steps/s."""
+    out: dict[str, float] = {"wall_s": wall}
+    for name, seconds in totals.items():
+        out[f"{name}_s"] = seconds
+        out[f"{name}_pct"] = _pct(seconds, wall)
+    other = wall - sum(totals.values())
+    out["other_s"], out["other_pct"] = other, _pct(other, wall)
+    out["steps_per_s"] = steps / wall if wall > 0 else 0.0
+    return out
+
+
+def merged_totals(sources: list[PhaseSource], own: Mapping[str, float]) -> dict[str, float]:
+    """``own`` phases plus every source's, summed by name."""
+    totals = dict(own)
+    for source in sources:
+        for name, seconds in source.totals().items():
+            totals[name] = totals.get(name, 0.0) + seconds
+    return totals
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole > 0 else 0.0

@@ -1,0 +1,5 @@
+"""The command-line tools: ``compare`` (the main job), ``bench``, ``probe`` and their models.
+
+Each tool module defines ``add_arguments(parser)`` and ``run(args) -> int`` for
+``vecsample <command>``; the core never imports this package.
+"""
