@@ -1,0 +1,203 @@
+"""The package's shape: short functions and classes, and a core that needs no integration.
+
+The core is every module at the top of ``vecsample/`` (``vecsample/*.py``) except ``__main__.py``,
+the command-line entry, whose job is to load the tools by name. Integrations (``vecsample.train``,
+``vecsample.ray``, ``vecsample.maml``) and tools (``vecsample.tools``) build on the core; the core
+never imports them, so ``import vecsample`` stays light and never pulls in torch or ray.
+
+Each checker is a plain function of source text, so the tests at the end feed it small synthetic
+sources and check that it reports what it must: a checker that cannot fail proves nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "vecsample"
+MAX_FUNCTION_LINES = 40
+MAX_CLASS_LINES = 300
+#: Packages the core must not import. ``vecsample.envs`` is deliberately absent: ``EnvMaker``
+#: imports it by name (``importlib.import_module("vecsample.envs")``) to register the meta-RL task
+#: envs when an env id is not yet known to gymnasium; that is allowed.
+FORBIDDEN = ("vecsample.train", "vecsample.tools", "vecsample.ray", "vecsample.maml")
+#: What ``import vecsample`` must not load, checked in a fresh interpreter.
+NOT_LOADED = (*FORBIDDEN, "torch", "ray")
+IMPORT_FUNCTIONS = {"import_module", "__import__"}
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def oversized(source: str, filename: str) -> list[str]:
+    """Every function (def, async def, methods and nested ones included) over
+    ``MAX_FUNCTION_LINES`` and every class over ``MAX_CLASS_LINES``, as ``file:line`` lines."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            kind, limit = "function", MAX_FUNCTION_LINES
+        elif isinstance(node, ast.ClassDef):
+            kind, limit = "class", MAX_CLASS_LINES
+        else:
+            continue
+        assert node.end_lineno is not None
+        length = node.end_lineno - node.lineno + 1
+        if length > limit:
+            found.append(f"{filename}:{node.lineno} {kind} {node.name}: {length} lines > {limit}")
+    return found
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module of a (possibly relative) ``from ... import``, seen from ``package``."""
+    if node.level == 0:
+        return node.module or ""
+    parts = package.split(".")
+    base = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _called_name(call: ast.Call) -> str | None:
+    """``"import_module"`` for ``importlib.import_module(...)``, ``import_module(...)``, ..."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else None
+
+
+def _string_prefix(arg: ast.expr) -> str | None:
+    """A string literal, or the literal start of an f-string (``f"vecsample.tools.{name}"``)."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr) and arg.values:
+        first = arg.values[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return first.value
+    return None
+
+
+def imported_names(source: str, filename: str, package: str = "vecsample") -> list[tuple[int, str]]:
+    """(line, module) for every import anywhere in ``source``, functions included.
+
+    ``from a import b`` yields both ``a`` and ``a.b`` (``b`` may be a submodule); relative imports
+    are resolved from ``package``; ``importlib.import_module("...")`` and ``__import__("...")``
+    with a literal name count as imports.
+    """
+    names: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            names += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = _absolute(node, package)
+            names.append((node.lineno, module))
+            names += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Call) and _called_name(node) in IMPORT_FUNCTIONS and node.args:
+            literal = _string_prefix(node.args[0])
+            if literal is not None:
+                names.append((node.lineno, literal))
+    return names
+
+
+def forbidden_imports(source: str, filename: str) -> list[str]:
+    """Every import in ``source`` that names an integration or a tool, as ``file:line`` lines."""
+    hits = {(line, name) for line, name in imported_names(source, filename)
+            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN)}
+    # ``from vecsample.maml import a, b`` is one offence, not three: drop the ``module.a`` names.
+    shown = [(line, name) for line, name in sorted(hits)
+             if not any(line == at and name.startswith(other + ".") for at, other in hits)]
+    return [f"{filename}:{line} imports {name}" for line, name in shown]
+
+
+def core_modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.glob("*.py") if p.name != "__main__.py")
+
+
+def loaded_after(statement: str) -> list[str]:
+    """Which of ``NOT_LOADED`` a fresh interpreter has in sys.modules after ``statement``."""
+    code = (f"import json, sys\n{statement}\n"
+            f"print(json.dumps([m for m in {list(NOT_LOADED)!r} if m in sys.modules]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+# --- the checks on the package --------------------------------------------------------------------
+
+
+def test_no_function_over_40_lines_and_no_class_over_300_lines():
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 20, f"expected the whole package, found {files}"
+    offenders = [o for path in files for o in oversized(path.read_text(), _relative(path))]
+    assert not offenders, f"{len(offenders)} too long:\n" + "\n".join(offenders)
+
+
+def test_the_core_imports_no_integration_or_tool():
+    modules = core_modules()
+    assert PACKAGE / "sampler.py" in modules and PACKAGE / "__init__.py" in modules
+    offenders = [o for path in modules
+                 for o in forbidden_imports(path.read_text(), _relative(path))]
+    assert not offenders, "the core imports integrations or tools:\n" + "\n".join(offenders)
+
+
+def test_import_vecsample_loads_no_integration_tool_torch_or_ray():
+    assert loaded_after("import vecsample") == []
+
+
+# --- the checkers themselves can fail -----------------------------------------------------------
+
+
+def _function(name: str, lines: int, indent: str = "") -> str:
+    """A function of exactly ``lines`` lines (the def line included)."""
+    body = "".join(f"{indent}    x{i} = {i}\n" for i in range(lines - 2))
+    return f"{indent}def {name}():\n{body}{indent}    return None\n"
+
+
+def test_oversized_reports_functions_methods_nested_and_async_ones_and_classes():
+    assert oversized(_function("ok", 40), "ok.py") == []
+    assert oversized(_function("long", 41), "m.py") == ["m.py:1 function long: 41 lines > 40"]
+    nested = "def outer():\n" + _function("inner", 41, "    ")
+    assert oversized(nested, "n.py") == [
+        "n.py:1 function outer: 42 lines > 40", "n.py:2 function inner: 41 lines > 40"]
+    method = "class C:\n" + _function("m", 41, "    ").replace("def m", "async def m")
+    assert oversized(method, "c.py") == ["c.py:2 function m: 41 lines > 40"]
+    big_class = "class Big:\n" + "".join(_function(f"f{i}", 30, "    ") for i in range(10))
+    assert oversized(big_class, "b.py") == ["b.py:1 class Big: 301 lines > 300"]
+
+
+def test_forbidden_imports_finds_every_kind_of_import():
+    source = textwrap.dedent("""
+        import vecsample.train.rollout
+        from vecsample import tools, errors
+        from .maml import sampler
+        from vecsample.envs import bandit
+        import vecsample.trainer
+
+        def later():
+            import importlib
+            import vecsample.ray as r
+            importlib.import_module("vecsample.maml.policies")
+            return __import__(f"vecsample.tools.{r}")
+    """)
+    assert forbidden_imports(source, "core.py") == [
+        "core.py:2 imports vecsample.train.rollout",
+        "core.py:3 imports vecsample.tools",
+        "core.py:4 imports vecsample.maml",
+        "core.py:10 imports vecsample.ray",
+        "core.py:11 imports vecsample.maml.policies",
+        "core.py:12 imports vecsample.tools.",
+    ]
+    # Allowed: registering the task envs by name, other core modules, look-alike names.
+    allowed = 'importlib.import_module("vecsample.envs")\nimport vecsample.trainer, vecsample.rays'
+    assert forbidden_imports(allowed, "ok.py") == []
+
+
+def test_loaded_after_sees_a_forbidden_module():
+    assert loaded_after("import vecsample, vecsample.tools") == ["vecsample.tools"]
