@@ -24,7 +24,7 @@ CHILD = textwrap.dedent("""
         s = VecSampler(fns(SlowEnv, 4, step_time=0.05), num_workers=2, context=sys.argv[1])
         s.reset()
         s.step_send(0, np.ones(2, dtype=np.int64))  # worker 0 busy mid-step, worker 1 idle
-        print(" ".join(str(p.pid) for p in s._procs), flush=True)
+        print(" ".join(map(str, s.worker_pids())), flush=True)
         time.sleep(60)
 """)
 
@@ -60,7 +60,7 @@ def test_workers_exit_within_2s_when_the_parent_is_sigkilled(tmp_path, context):
 
 def test_close_frees_processes_and_returns_with_a_hung_worker():
     s = VecSampler(fns(HangingEnv, 2, at_step=1), num_workers=2, deadline=0.2)
-    pids = [p.pid for p in s._procs]
+    pids = s.worker_pids()
     s.reset()
     s.step_send(0, [1])
     start = time.monotonic()
@@ -71,6 +71,6 @@ def test_close_frees_processes_and_returns_with_a_hung_worker():
 
 def test_forgotten_sampler_is_cleaned_up_by_its_finalizer():
     s = VecSampler(fns(CountingEnv, 2), num_workers=2)
-    pids = [p.pid for p in s._procs]
+    pids = s.worker_pids()
     del s
     assert _wait_gone(pids, 3.0) == []

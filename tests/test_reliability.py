@@ -44,7 +44,7 @@ def test_sigkilled_worker_is_detected_within_1s_without_restart(make_sampler):
     s.reset()
     s.step_send(0, ones(2))
     s.step_send(1, ones(2))
-    victim = s._procs[1].pid
+    victim = s.worker_pids()[1]
     start = time.monotonic()
     os.kill(victim, signal.SIGKILL)
     with pytest.raises(errors.WorkerDiedError, match=r"worker 1 .*exit code -9") as info:
@@ -59,7 +59,7 @@ def test_sigkilled_worker_is_respawned_flagged_and_others_untouched(make_sampler
     s = make_sampler(fns(SlowEnv, 4, step_time=0.3), num_workers=2, restart=True, seed=5)
     s.reset()
     s.step(ones(4))  # every env at t=1
-    old_pid = s._procs[1].pid
+    old_pid = s.worker_pids()[1]
     s.step_send(0, np.array([2, 3]))
     s.step_send(1, ones(2))
     start = time.monotonic()
@@ -74,7 +74,8 @@ def test_sigkilled_worker_is_respawned_flagged_and_others_untouched(make_sampler
     assert not r0.restarted.any() and not r0.truncated.any()
     # Worker 1: a new process, its envs re-made and reset, flagged restarted and truncated.
     r1 = results[1]
-    assert s._procs[1].pid != old_pid and s._procs[1].is_alive()
+    new_pid = s.worker_pids()[1]
+    assert new_pid != old_pid and psutil.Process(new_pid).status() != psutil.STATUS_ZOMBIE
     np.testing.assert_array_equal(r1.obs, [counting_obs(2, 0, 0, -1), counting_obs(3, 0, 0, -1)])
     assert r1.restarted.all() and r1.truncated.all() and not r1.terminated.any()
     assert not r1.has_final_obs.any() and not r1.rewards.any()
@@ -158,7 +159,7 @@ def test_hung_worker_is_killed_and_restarted_at_the_deadline(make_sampler):
                      restart=True)
     s.reset()
     s.step(ones(4))
-    hung_pid = s._procs[0].pid
+    hung_pid = s.worker_pids()[0]
     start = time.monotonic()
     out = s.step(ones(4))
     assert time.monotonic() - start < 0.5 + DETECT_S + RESPAWN_S
@@ -172,7 +173,7 @@ def test_hung_worker_is_killed_and_restarted_at_the_deadline(make_sampler):
 def test_hung_worker_without_restart_raises_and_close_kills_it(make_sampler):
     s = make_sampler(fns(HangingEnv, 2, at_step=1, bad_index=0), num_workers=2, deadline=0.3)
     s.reset()
-    pids = [p.pid for p in s._procs]
+    pids = s.worker_pids()
     with pytest.raises(errors.DeadlineExceededError) as info:
         s.step(ones(2))
     assert info.value.hung_workers == [0]
@@ -194,7 +195,7 @@ SIGNAL_CHILD = textwrap.dedent("""
                        num_workers=2, context=sys.argv[2])
         s.reset()
         s.step(np.ones(4, dtype=np.int64))
-        print(" ".join(str(p.pid) for p in s._procs), flush=True)
+        print(" ".join(map(str, s.worker_pids())), flush=True)
         while True:  # the signal arrives while a step is in flight, most of the time
             s.step(np.ones(4, dtype=np.int64))
 """)
