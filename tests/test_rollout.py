@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from vecsample import AutoresetMode, VecSampler, VectorEnv, errors
+from vecsample import AutoresetMode, StepResult, VecSampler, VectorEnv, errors
 from vecsample.testing import CountingEnv, SlowEnv, SpaceEnv, fns
 from vecsample.train.rollout import Rollout
 
@@ -228,13 +229,30 @@ def test_cuda_sampling_copy_fills_the_same_rows(counting: VecSampler) -> None:
     assert torch.equal(on_gpu.extras["value"].cpu(), batch.extras["value"])
 
 
-def test_replies_in_reverse_worker_order_fill_the_right_rows(counting: VecSampler) -> None:
+class ArrivalRecorder(VecSampler):
+    """A VecSampler that records the worker order of every step_recv it returns."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.arrivals: list[list[int | None]] = []
+
+    def step_recv(self, *args: Any, **kwargs: Any) -> list[StepResult]:
+        results = super().step_recv(*args, **kwargs)
+        self.arrivals.append([r.worker for r in results])
+        return results
+
+
+def test_replies_in_reverse_worker_order_fill_the_right_rows() -> None:
     """Regression: a full set of workers arriving as [1, 0] used the env-ordered storage row
-    with spans in arrival order, so worker 0's extras landed in worker 1's rows."""
-    rollout = Rollout(counting, CountingPolicy(), T)
-    rollout.sync()
-    rollout._reset()
-    rollout.batch.obs[0].copy_(rollout.batch.next_obs)
-    rollout._act_and_send([1, 0])
-    np.testing.assert_array_equal(rollout.batch.extras["value"][0].numpy(), [0, 10, 20, 30])
-    counting.step_recv(None)
+    with spans in arrival order, so worker 0's extras landed in worker 1's rows.
+
+    Worker 0's envs take 50 ms a step and worker 1's none, so full batches arrive as [1, 0]."""
+    env_fns = [
+        functools.partial(SlowEnv, env_index=i, step_time=0.05 if i < 2 else 0.0, length=LENGTH)
+        for i in range(N)
+    ]
+    with ArrivalRecorder(env_fns, num_workers=2, seed=0) as sampler:
+        rollout = Rollout(sampler, CountingPolicy(), T, device="cpu")
+        rollout.collect()
+    assert [1, 0] in sampler.arrivals[:-1], f"no reverse-order batch: {sampler.arrivals}"
+    _assert_hand_checked(rollout)
