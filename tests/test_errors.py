@@ -167,8 +167,12 @@ def test_unpicklable_factory_under_spawn():
 
 
 def test_unpicklable_factory_works_under_fork(make_sampler):
-    s = make_sampler([lambda: CountingEnv()] * 2, num_workers=2, context="fork")
-    s.reset()
+    # Lambdas cannot be pickled; fork copies them into the workers instead. Each builds its own
+    # env index, so the observations also show that every worker built the env it was given.
+    env_fns = [lambda i=i: CountingEnv(env_index=i) for i in range(2)]
+    s = make_sampler(env_fns, num_workers=2, context="fork")
+    obs, _ = s.reset()
+    np.testing.assert_array_equal(obs, [[0, 0, 0, -1], [1, 0, 0, -1]])  # [env, t, episode, a]
 
 
 def boom() -> CountingEnv:
