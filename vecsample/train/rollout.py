@@ -122,19 +122,80 @@ def _box_shape(space: gym.Space[Any], what: str) -> tuple[int, ...]:
     )
 
 
+def _spaces(sampler: VecSampler, clip: bool) -> tuple[tuple[int, ...], gym.Space[Any], bool]:
+    """The observation shape, the action space, and whether to clip actions (Box spaces only)."""
+    obs_shape = _box_shape(sampler.single_observation_space, "observation")
+    action_space = sampler.single_action_space
+    _box_shape(action_space, "action")
+    return obs_shape, action_space, clip and isinstance(action_space, gym.spaces.Box)
+
+
 def _default_act(policy: nn.Module, obs: torch.Tensor) -> Mapping[str, torch.Tensor] | torch.Tensor:
     out: Mapping[str, torch.Tensor] | torch.Tensor = policy(obs)
     return out
 
 
 class Rollout:
-    """Collects ``num_steps`` steps of every env into preallocated storage; see module doc.
+    """Collects ``num_steps`` steps of every env into preallocated ``(T, N, ...)`` tensors.
 
-    ``device`` is where inference runs: ``"auto"`` measures (then the *training* policy is also
-    moved to the chosen training device: build its optimizer after the Rollout), or a device
-    name (the training policy stays where it is). ``timeout=None`` steps full batches; a float
-    steps partial batches. ``minibatch_size`` and ``updates_per_rollout`` describe the training
-    that follows, so that ``"auto"`` can price it.
+    Each :meth:`collect` syncs the weights once, then steps until every env has ``num_steps`` new
+    rows, and returns :attr:`batch` (the same tensors every time: clone what you keep). The first
+    ``collect`` resets the envs; later ones continue where the last one stopped. See the module
+    docstring for the sampling copy, placement, partial batches and memory.
+
+    Args:
+        envs: A ``VecSampler`` or a ``vecsample.VectorEnv`` (its ``.sampler`` is used), built
+            with ``autoreset_mode=AutoresetMode.SAME_STEP``. The rollout drives it: no step may be
+            in flight when it is given, nor between collects. The rollout never closes it.
+        policy: The training policy. Inference runs on a deep copy of it on ``rollout_device``
+            (``sampling_policy``), synced from it at the start of every ``collect``.
+        num_steps: ``T``, the steps per env per rollout (>= 1).
+        act: ``act(sampling_policy, obs) -> actions`` or ``{"actions": ..., **extras}``, every
+            output with one row per observation; each extra is stored in ``batch.extras``.
+            ``obs`` is a float32 tensor on the rollout device. Default: ``policy(obs)``. It is
+            called once at construction, on zeros, to size the storage.
+        device: Where inference runs: a device name (the training policy stays where it is), or
+            ``"auto"``, which measures the policy on each available device, picks where to
+            sample and where to train, and moves the *training* policy to the latter (build its
+            optimizer after the Rollout).
+        storage_device: Where the batch lives (the CPU by default); pinned host memory when a
+            GPU is involved.
+        timeout: ``None`` steps full batches; seconds step partial batches: each worker gets
+            its next actions as soon as its step arrives (``step_recv(timeout)``). The batch has
+            the same layout either way.
+        seed: Passed to the sampler's ``reset(seed=...)`` at the first ``collect`` only.
+        clip_actions: Clip ``Box`` actions to the action space before they are sent; the batch
+            stores them as ``act`` returned them. Other spaces are never clipped.
+        minibatch_size: With ``"auto"``: the training minibatch (default: the whole rollout).
+        updates_per_rollout: With ``"auto"``: training steps per rollout.
+        forward: With ``"auto"``: how the measurement calls the policy (default ``policy(obs)``).
+
+    Raises:
+        vecsample.errors.ConfigError: ``num_steps < 1``; ``envs`` is neither a VecSampler nor a
+            VectorEnv, or does not autoreset in ``SAME_STEP`` mode; ``act`` returns no
+            ``"actions"``, something other than tensors, or the wrong number of rows.
+        vecsample.errors.UnsupportedSpaceError: an observation or action space other than
+            ``Box``, ``Discrete`` or ``MultiDiscrete``.
+
+    Observations and rewards are stored as float32 whatever the env's dtypes. ``final_obs`` is
+    valid where ``has_final_obs``; ``episodes`` lists the episodes that ended (from the env's
+    ``RecordEpisodeStatistics`` info when there is one) and ``stats()`` includes the rollout's
+    inference, copy and sync phases.
+
+    Example:
+        >>> from torch import nn
+        >>> from vecsample import VecSampler
+        >>> from vecsample.train import Rollout
+        >>> with VecSampler("CartPole-v1", num_envs=2, seed=0) as sampler:
+        ...     rollout = Rollout(sampler, nn.Linear(4, 2), 8, device="cpu",
+        ...                       act=lambda policy, obs: policy(obs).argmax(dim=1))
+        ...     batch = rollout.collect()
+        >>> tuple(batch.obs.shape), tuple(batch.actions.shape), tuple(batch.next_obs.shape)
+        ((8, 2, 4), (8, 2), (2, 4))
+        >>> rollout.global_step, rollout.sync_count
+        (16, 1)
+        >>> bool((batch.rewards == 1.0).all())  # CartPole pays 1 per step
+        True
     """
 
     def __init__(
@@ -158,10 +219,7 @@ class Rollout:
         self.sampler = _sampler_of(envs)
         self.num_steps, self.num_envs = num_steps, self.sampler.num_envs
         self.timeout, self._seed, self._act = timeout, seed, act or _default_act
-        self._obs_shape = _box_shape(self.sampler.single_observation_space, "observation")
-        self._action_space = self.sampler.single_action_space
-        _box_shape(self._action_space, "action")
-        self._clip = clip_actions and isinstance(self._action_space, gym.spaces.Box)
+        self._obs_shape, self._action_space, self._clip = _spaces(self.sampler, clip_actions)
         self.placement = self._place(policy, device, minibatch_size, updates_per_rollout, forward)
         self.policy = policy
         self.rollout_device = torch.device(self.placement.rollout_device)
@@ -176,8 +234,7 @@ class Rollout:
         self.episodes: list[Episode] = []
         self.global_step = 0
         self._started = False
-        self._returns = np.zeros(self.num_envs, dtype=np.float64)
-        self._lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self._returns, self._lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, np.int64)
         self._pos = np.zeros(self.num_envs, dtype=np.int64)
         self._in_flight: set[int] = set()
 
