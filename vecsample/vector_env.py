@@ -22,7 +22,68 @@ from vecsample.spaces import copy_tree, index_tree
 
 
 class VectorEnv(gym.vector.VectorEnv):
-    """gymnasium's vector API over vecsample's workers and shared memory."""
+    """gymnasium's vector API over vecsample's workers and shared memory.
+
+    A drop-in for ``gymnasium.vector.AsyncVectorEnv``: given the same ``env_fns`` and seed it
+    returns exactly what ``SyncVectorEnv`` returns (observations, rewards, flags and vector
+    infos) in all three autoreset modes. ``sampler`` is the ``VecSampler`` underneath, for
+    partial batches (``step_send``/``step_recv``) and ``stats()``.
+
+    Args:
+        env_fns: One factory per env, each returning a ``gymnasium.Env``; all envs must share
+            the first one's spaces. Under the default ``context="forkserver"`` (and ``"spawn"``)
+            the factories must be picklable: ``functools.partial``, module-level functions or
+            ``vecsample.EnvMaker``, not lambdas.
+        num_workers: How many worker processes step the envs; each steps
+            ``len(env_fns) // num_workers`` envs one after another, so it must divide
+            ``len(env_fns)``. ``None``: the largest divisor not above the usable cores.
+        autoreset_mode: ``AutoresetMode`` (ours or gymnasium's) or its string value
+            (``"NextStep"``, ``"SameStep"``, ``"Disabled"``); ``NEXT_STEP`` by default, as in
+            gymnasium. With ``SAME_STEP`` the ended episode's last observation is in
+            ``infos["final_obs"]``.
+        copy: Return copies of the observations (as gymnasium does). ``False`` returns views of
+            shared memory, valid until the next ``step`` or ``reset``.
+        **sampler_kwargs: Passed on to ``VecSampler``: ``seed``, ``context``, ``deadline``,
+            ``restart``, ``max_restarts``, ``check_actions``, ``cpu_affinity``, ... (``infos``
+            is always on here: passing it is a ``TypeError``).
+
+    Raises:
+        vecsample.errors.ConfigError: ``num_workers`` does not divide the number of envs (the
+            message lists the divisors), an unknown ``autoreset_mode``, or another bad setting.
+        vecsample.errors.EnvFactoryError: a factory cannot be pickled under forkserver or spawn,
+            or raises (in the parent, where the first env is built to read the spaces, or in
+            a worker).
+        vecsample.errors.UnsupportedSpaceError: a space that cannot live in shared memory
+            (``Text``, ``Graph``, ``Sequence``, ...).
+
+    What differs from ``AsyncVectorEnv``:
+
+    * Envs are grouped into ``num_workers`` processes instead of one process per env.
+    * The default start method is forkserver, not the platform's default (fork on Linux): a
+      script must create the envs under ``if __name__ == "__main__":``, and factories must be
+      picklable (AsyncVectorEnv cloudpickles them, so lambdas work there).
+    * Actions are checked before anything is sent (``check_actions=True``): a wrong shape,
+      dtype or an action outside the space raises an ``ActionError`` subclass.
+    * A worker that dies or raises is a typed ``WorkerError`` naming the worker and the env;
+      ``step_wait(timeout)`` raises ``DeadlineExceededError`` (a builtin ``TimeoutError``, not
+      ``multiprocessing.TimeoutError``), every call is bounded by ``deadline`` (300 s by
+      default) and the late step stays pending, so the next ``step_wait`` can still return it.
+    * ``reset(seed=s)`` follows gymnasium (env ``i`` gets ``s + i``), unlike ``VecSampler``,
+      whose ``seed`` gives env ``i`` child ``i`` of ``SeedSequence(s)``.
+    * ``call``/``get_attr`` return tuples, as gymnasium does; ``render`` is not supported.
+
+    Example:
+        >>> import numpy as np
+        >>> from vecsample import EnvMaker, VectorEnv
+        >>> envs = VectorEnv([EnvMaker("CartPole-v1")] * 2, num_workers=2)
+        >>> obs, infos = envs.reset(seed=0)
+        >>> obs.shape, obs.dtype
+        ((2, 4), dtype('float32'))
+        >>> obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 1]))
+        >>> rewards, terminated, truncated
+        (array([1., 1.]), array([False, False]), array([False, False]))
+        >>> envs.close()
+    """
 
     def __init__(
         self,
@@ -153,7 +214,45 @@ def make_vec(
     env_kwargs: dict[str, Any] | None = None,
     **sampler_kwargs: Any,
 ) -> VectorEnv:
-    """``gymnasium.make_vec`` for vecsample: ``num_envs`` copies of ``env_id`` in workers."""
+    """``gymnasium.make_vec`` for vecsample: ``num_envs`` copies of ``env_id`` in workers.
+
+    Each env is built by ``EnvMaker(env_id, env_kwargs)``, a picklable factory calling
+    ``gymnasium.make``; ids of ``vecsample.envs`` (the meta-RL task envs) are registered on first
+    use. The result is a :class:`VectorEnv`; see it for what differs from gymnasium's.
+
+    Args:
+        env_id: A registered gymnasium env id, e.g. ``"CartPole-v1"``.
+        num_envs: How many copies (an int >= 1).
+        num_workers: Worker processes; must divide ``num_envs``. ``None``: the largest divisor
+            not above the usable cores.
+        autoreset_mode: As for :class:`VectorEnv` (``NEXT_STEP`` by default).
+        copy: As for :class:`VectorEnv`: ``False`` returns views of shared memory.
+        env_kwargs: Keyword arguments for every ``gymnasium.make(env_id, ...)`` call. Unlike
+            ``gymnasium.make_vec``, env arguments go here, not in ``**kwargs``.
+        **sampler_kwargs: Passed on to ``VecSampler`` (``seed``, ``context``, ``deadline``,
+            ``restart``, ...). There is no ``vectorization_mode``, ``vector_kwargs`` or
+            ``wrappers``: wrap the env in a factory of your own and use :class:`VectorEnv`.
+
+    Raises:
+        vecsample.errors.ConfigError: ``num_envs`` is not an int >= 1, ``num_workers`` does not
+            divide it, or another bad setting.
+        vecsample.errors.EnvFactoryError: ``gymnasium.make`` fails (an unknown id, bad
+            ``env_kwargs``): the first env is built in the parent to read the spaces.
+        vecsample.errors.UnsupportedSpaceError: a space that cannot live in shared memory.
+
+    Example:
+        >>> import numpy as np
+        >>> from vecsample import make_vec
+        >>> envs = make_vec("CartPole-v1", 2, num_workers=1, autoreset_mode="SameStep")
+        >>> envs.num_envs, envs.sampler.num_workers, envs.metadata["autoreset_mode"].value
+        (2, 1, 'SameStep')
+        >>> obs, _ = envs.reset(seed=0)
+        >>> for _ in range(3):
+        ...     obs, rewards, terminated, truncated, infos = envs.step(np.zeros(2, np.int64))
+        >>> obs.shape, float(rewards.sum())
+        ((2, 4), 2.0)
+        >>> envs.close()
+    """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise errors.ConfigError(f"num_envs must be an int >= 1, got {num_envs!r}.")
     fns = [EnvMaker(env_id, dict(env_kwargs or {}))] * num_envs
