@@ -1,8 +1,12 @@
-"""Per-env seeds from ``numpy.random.SeedSequence``.
+"""Per-env seeds from ``numpy.random.SeedSequence``: the one seed derivation of the package.
 
 Env ``j`` always gets child ``j`` of ``SeedSequence(seed)``, however the envs are split among
 workers, so 1×8, 2×4 and 8×1 workers see bit-identical streams. Children of a SeedSequence are
 statistically independent, unlike ``seed + j``, where runs seeded 0 and 1 share most env streams.
+
+Every seed the package derives is ``child_seed(root, index, dtype)``: env seeds (64-bit), the
+seed of a restarted env's copy, the Ray backend's per-actor seeds and the meta-RL sampler's
+stream of seeds (32-bit, as they always were, so a seed repeats the runs it gave before).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import numpy as np
 from vecsample.errors import ConfigError
 
 SeedArg = int | Sequence[int | None] | None
+#: The integer types a derived seed can be drawn as.
+SeedDtype = type[np.uint32] | type[np.uint64]
 
 
 def check_seed(seed: object, name: str = "seed") -> int:
@@ -24,12 +30,46 @@ def check_seed(seed: object, name: str = "seed") -> int:
     return int(seed)
 
 
+def child_seed(seed: int, index: int, dtype: SeedDtype = np.uint64) -> int:
+    """Child ``index`` of ``SeedSequence(seed)`` as one ``dtype`` integer.
+
+    The same number as ``SeedSequence(seed).spawn(index + 1)[index]`` would give, without
+    spawning the children before it: a stream of seeds needs only its root and a counter.
+    """
+    child = np.random.SeedSequence(check_seed(seed), spawn_key=(index,))
+    return int(child.generate_state(1, dtype=dtype)[0])
+
+
+def child_seeds(seed: int, count: int, dtype: SeedDtype = np.uint64) -> list[int]:
+    """Children ``0 .. count - 1`` of ``SeedSequence(seed)``, one ``dtype`` integer each."""
+    return [child_seed(seed, i, dtype) for i in range(count)]
+
+
+class SeedStream:
+    """Seeds drawn one at a time from one root: the n-th ``draw()`` is ``child_seed(seed, n)``.
+
+    For an object that needs seeds as it goes (a sampler rebuilt mid-run, one generator per
+    worker), reproducibly. An unseeded stream (``seed=None``) draws None every time.
+    """
+
+    def __init__(self, seed: int | None, dtype: SeedDtype = np.uint64) -> None:
+        self.seed = None if seed is None else check_seed(seed)
+        self.dtype = dtype
+        self.drawn = 0
+
+    def draw(self) -> int | None:
+        """The next seed of the stream, or None when unseeded (which draws nothing)."""
+        if self.seed is None:
+            return None
+        self.drawn += 1
+        return child_seed(self.seed, self.drawn - 1, self.dtype)
+
+
 def env_seeds(seed: int | None, num_envs: int) -> list[int | None]:
     """One independent 64-bit seed per env, or ``None`` for every env when ``seed`` is None."""
     if seed is None:
         return [None] * num_envs
-    children = np.random.SeedSequence(check_seed(seed)).spawn(num_envs)
-    return [int(child.generate_state(1, dtype=np.uint64)[0]) for child in children]
+    return list(child_seeds(seed, num_envs))
 
 
 def resolve_seeds(seed: SeedArg, num_envs: int) -> list[int | None]:
@@ -52,7 +92,4 @@ def restart_seed(env_seed: int | None, restart: int) -> int | None:
     It is child ``restart`` of the env's own stream, ``SeedSequence(env_seed)``: reproducible,
     independent of the env's first episode, and of every other env's stream.
     """
-    if env_seed is None:
-        return None
-    child = np.random.SeedSequence(env_seed, spawn_key=(restart,))
-    return int(child.generate_state(1, dtype=np.uint64)[0])
+    return None if env_seed is None else child_seed(env_seed, restart)

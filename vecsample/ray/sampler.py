@@ -40,10 +40,11 @@ import ray
 from ray.exceptions import RayActorError
 
 from vecsample import errors
+from vecsample.config import DEFAULT_DEADLINE, check_int, check_seconds, env_factories
 from vecsample.protocol import AutoresetMode, EnvFn
 from vecsample.ray.errors import ActorsLostError
-from vecsample.sampler import DEFAULT_DEADLINE, VecSampler, _check_deadline, _env_fns
-from vecsample.seeding import check_seed
+from vecsample.sampler import VecSampler
+from vecsample.seeding import child_seeds
 from vecsample.spaces import Leaf, leaves
 
 __all__ = [
@@ -55,6 +56,9 @@ __all__ = [
     "TorchPolicy",
     "numpy_weights",
 ]
+
+#: The totals of ``RaySampler.stats()`` counted as chunks come and go.
+COUNTERS = ("requests", "chunks", "env_steps", "chunks_lost", "actor_deaths", "wait_s")
 
 
 class Policy(Protocol):
@@ -306,14 +310,98 @@ class _Slot:
     failures_in_row: int = 0
     alive: bool = True
 
+    def gone(self, max_restarts: int, in_flight: int) -> bool:
+        """Whether the actor is not coming back: it died more than ``max_restarts`` times, or
+        failed too often in a row. Ray answers every request to an actor past its
+        max_restarts with an error at once; this many failures without one chunk in between
+        means it is past them."""
+        give_up_after = in_flight * (max_restarts + 2) + 8
+        return self.deaths > max_restarts or self.failures_in_row > give_up_after
+
+
+def _start_actor(spec: ActorSpec, max_restarts: int) -> _Slot:
+    """Asks Ray for the actor of ``spec``; it builds itself in the background."""
+    handle = _remote_actor_class().options(
+        # num_cpus = the env processes it spawns: they are the load Ray must not oversubscribe
+        # (the actor's own process, running the policy, is not counted).
+        num_cpus=spec.num_workers,
+        # SPREAD (best effort): one actor per node when there are as many actors as nodes.
+        scheduling_strategy="SPREAD",
+        # Ray rebuilds a dead actor (same spec) up to max_restarts times...
+        max_restarts=max_restarts,
+        # ...but never re-runs a chunk that was in flight: it is dropped and counted instead.
+        max_task_retries=0,
+    ).remote(spec)
+    return _Slot(spec.actor_id, handle)
+
 
 class RaySampler:
     """Spreads ``num_actors`` local VecSamplers over a Ray cluster and returns their chunks.
 
-    ``env_fns`` (or an env id with ``num_envs``) are the envs of *one* actor; every actor builds
-    the same list, split among its ``workers_per_actor`` processes. ``policy_fn()`` builds the
-    actor's policy (see ``Policy`` and ``TorchPolicy``). Ray must be initialised first
-    (``ray.init(address="auto")`` on a cluster); if it is not, ``ray.init()`` starts a local one.
+    Each actor owns a ``VecSampler`` (autoreset SAME_STEP) and a policy copy, and answers each
+    request with a ``Chunk`` of ``chunk_length`` steps of all its envs. The constructor returns
+    once every actor has built its envs; nothing is sampled until the first ``recv`` or
+    ``set_weights``.
+
+    Args:
+        env_fns: The envs of *one* actor: picklable factories, or a gymnasium id together with
+            ``num_envs``. Every actor builds the same list, split among its
+            ``workers_per_actor`` processes, so the cluster runs ``num_actors`` times as many.
+            Observation and action spaces must be single arrays (Box, Discrete, MultiDiscrete,
+            MultiBinary).
+        policy_fn: Builds the actor's policy (see ``Policy`` and ``TorchPolicy``). It is
+            pickled to the actors and called there, on the actor's CPU, once per actor life.
+        num_envs: With an env id, how many envs per actor; with factories, their count (a check).
+        env_kwargs: With an env id, keyword arguments of ``gymnasium.make``.
+        num_actors: How many actors; default one per alive node of the cluster.
+        workers_per_actor: Env processes per actor; must divide the envs of an actor. Each
+            actor reserves that many CPUs from Ray (``num_cpus``), so a node with fewer free
+            CPUs never gets it: the actors then never start and the constructor raises after
+            ``deadline``.
+        chunk_length: Steps of every env in one chunk.
+        weights: Initial weights for the actors' policies, sent as with ``set_weights``
+            (version 1); None keeps the weights ``policy_fn`` built (version 0).
+        seed: Actor ``i`` seeds its envs from child ``i`` of ``SeedSequence(seed)``, so a run
+            repeats. An actor that Ray restarts draws fresh seeds from the OS instead: replaying
+            its first life's seeds would sample the same episodes again. None: OS seeds.
+        in_flight: Requests kept queued per actor (2: the actor samples the next chunk while
+            the trainer works on this one). Chunks already queued finish under the weights they
+            were sent with; each chunk's ``version`` says which.
+        max_restarts: How often Ray may rebuild each dead actor. The chunks in flight on a dead
+            actor are lost and counted in ``stats()``, never re-run; an actor that dies more
+            often is retired.
+        deadline: Seconds the actors may take to start, and one full ``recv`` may wait; None
+            waits forever.
+        sampler_kwargs: More keyword arguments of each actor's ``VecSampler`` (``context``,
+            ``infos``, ...), but not ``num_workers`` or ``autoreset_mode``, which this class sets.
+
+    Raises:
+        ConfigError: An argument has the wrong type or range (a count below 1, a negative
+            ``max_restarts`` or ``deadline``, an env id without ``num_envs``, ...).
+        DeadlineExceededError: The actors were not all built within ``deadline`` (not enough
+            free CPUs on the cluster, or slow env builds). Every actor started is killed.
+        ray.exceptions.RayActorError: An actor failed to build (an env factory or
+            ``policy_fn`` raised, or a space is not a single array); the message carries the
+            actor's traceback.
+
+    Ray is initialised if it is not (``ray.init()``: it joins a cluster started on this
+    machine, else starts a local one); on a cluster call ``ray.init(address="auto")`` first.
+    Chunks from Ray are read-only numpy arrays: copy one before writing to it.
+
+    Example:
+        >>> import ray
+        >>> from vecsample.ray import RaySampler
+        >>> from vecsample.testing import FixedActionPolicy  # action = its weights (0 at first)
+        >>> _ = ray.init(num_cpus=2, include_dashboard=False)
+        >>> with RaySampler("CartPole-v1", FixedActionPolicy, num_envs=2, num_actors=1,
+        ...                 chunk_length=4, seed=0) as sampler:
+        ...     chunks = sampler.recv()  # one chunk from every actor
+        ...     version = sampler.set_weights(1)  # requests from now on carry version 1
+        >>> len(chunks), chunks[0].obs.shape, chunks[0].rewards.shape
+        (1, (4, 2, 4), (4, 2))
+        >>> chunks[0].version, version, chunks[0].env_steps
+        (0, 1, 8)
+        >>> ray.shutdown()
     """
 
     def __init__(
@@ -334,43 +422,27 @@ class RaySampler:
         sampler_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self._closed = True  # until the actors are up
-        fns = _env_fns(env_fns, num_envs, env_kwargs)
-        self.chunk_length = _positive(chunk_length, "chunk_length")
-        self.in_flight = _positive(in_flight, "in_flight")
-        self.max_restarts = _non_negative(max_restarts, "max_restarts")
-        self.workers_per_actor = _positive(workers_per_actor, "workers_per_actor")
-        self.deadline = _check_deadline(deadline, "deadline")
+        fns = env_factories(env_fns, num_envs, env_kwargs)
+        self.chunk_length = check_int(chunk_length, "chunk_length")
+        self.in_flight = check_int(in_flight, "in_flight")
+        self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0)
+        self.workers_per_actor = check_int(workers_per_actor, "workers_per_actor")
+        self.deadline = check_seconds(deadline, "deadline")
         if not ray.is_initialized():
             ray.init()  # joins a cluster started on this machine (`ray start`), else a local one
         self.num_actors = _num_actors(num_actors)
         self.envs_per_actor = len(fns)
-        seeds = _actor_seeds(seed, self.num_actors)
         self._version = 0
         self._weights_ref: Any = None
-        self._stats = {"requests": 0.0, "chunks": 0.0, "env_steps": 0.0, "chunks_lost": 0.0,
-                       "actor_deaths": 0.0, "wait_s": 0.0}
-        self._slots = [self._spawn(i, fns, policy_fn, seeds[i], sampler_kwargs or {})
-                       for i in range(self.num_actors)]
+        self._stats = dict.fromkeys(COUNTERS, 0.0)
+        specs = [ActorSpec(i, fns, policy_fn, self.workers_per_actor, actor_seed,
+                           dict(sampler_kwargs or {}))
+                 for i, actor_seed in enumerate(_actor_seeds(seed, self.num_actors))]
+        self._slots = [_start_actor(spec, self.max_restarts) for spec in specs]
         self._closed = False
         self._await_ready()
         if weights is not None:
             self.set_weights(weights)
-
-    def _spawn(self, i: int, fns: list[EnvFn], policy_fn: Callable[[], Policy],
-               seed: int | None, sampler_kwargs: dict[str, Any]) -> _Slot:
-        spec = ActorSpec(i, fns, policy_fn, self.workers_per_actor, seed, sampler_kwargs)
-        handle = _remote_actor_class().options(
-            # num_cpus = the env processes it spawns: they are the load Ray must not oversubscribe
-            # (the actor's own process, running the policy, is not counted).
-            num_cpus=self.workers_per_actor,
-            # SPREAD (best effort): one actor per node when there are as many actors as nodes.
-            scheduling_strategy="SPREAD",
-            # Ray rebuilds a dead actor (same spec) up to max_restarts times...
-            max_restarts=self.max_restarts,
-            # ...but never re-runs a chunk that was in flight: it is dropped and counted instead.
-            max_task_retries=0,
-        ).remote(spec)
-        return _Slot(i, handle)
 
     def _await_ready(self) -> None:
         refs = [slot.handle.ready.remote() for slot in self._slots]
@@ -425,8 +497,8 @@ class RaySampler:
         if timeout is None and min_chunks is None:
             chunks = self._recv_full()
         else:
-            chunks = self._recv_partial(_check_deadline(timeout, "timeout"),
-                                        _positive(1 if min_chunks is None else min_chunks,
+            chunks = self._recv_partial(check_seconds(timeout, "timeout"),
+                                        check_int(1 if min_chunks is None else min_chunks,
                                                   "min_chunks"))
         self._stats["wait_s"] += time.perf_counter() - start
         return chunks
@@ -480,13 +552,8 @@ class RaySampler:
         if slot.failures_in_row == 1:
             slot.deaths += 1
             self._stats["actor_deaths"] += 1
-        # Ray answers every request to an actor past its max_restarts with an error at once;
-        # this many failures without one chunk in between means it is not coming back.
-        if slot.deaths > self.max_restarts or slot.failures_in_row > self._give_up_after():
+        if slot.gone(self.max_restarts, self.in_flight):
             self._retire(slot)
-
-    def _give_up_after(self) -> int:
-        return self.in_flight * (self.max_restarts + 2) + 8
 
     def _retire(self, slot: _Slot) -> None:
         slot.alive = False
@@ -569,29 +636,16 @@ class RaySampler:
                 f"chunk_length={self.chunk_length}, version={self._version}, {state})")
 
 
-def _positive(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise errors.ConfigError(f"{name} must be an int >= 1, got {value!r}.")
-    return value
-
-
-def _non_negative(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise errors.ConfigError(f"{name} must be an int >= 0, got {value!r}.")
-    return value
-
-
 def _num_actors(num_actors: int | None) -> int:
     """Default: one actor per alive node of the cluster."""
     if num_actors is None:
         nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
         return max(1, len([node for node in nodes if node.get("Alive")]))
-    return _positive(num_actors, "num_actors")
+    return check_int(num_actors, "num_actors")
 
 
 def _actor_seeds(seed: int | None, count: int) -> list[int | None]:
     """Actor i gets child i of ``SeedSequence(seed)``; its sampler spawns per-env seeds from it."""
     if seed is None:
         return [None] * count
-    children = np.random.SeedSequence(check_seed(seed)).spawn(count)
-    return [int(c.generate_state(1, dtype=np.uint32)[0]) for c in children]
+    return list(child_seeds(seed, count, dtype=np.uint32))
