@@ -224,13 +224,21 @@ def alive(pid: int) -> bool:
         return False
 
 
+def wait_until_dead(pid: int, timeout: float) -> None:
+    """Waits for ``pid`` to exit, without reaping it: its parent (the sampler) does that."""
+    end = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < end:
+        time.sleep(0.02)
+
+
 def test_close_ends_the_workers_and_a_second_sampler_works() -> None:
     with meta_sampler("TabularMDP-v0", batch_size=2, num_workers=2) as first:
+        assert first.worker_pids() == []  # the workers start with the first sample
         first.sample(first.sample_tasks(2))
-        assert first._vec is not None
-        pids = [p.pid for p in first._vec._procs]
-        assert all(alive(pid) for pid in pids)
+        pids = first.worker_pids()
+        assert len(pids) == 2 and all(alive(pid) for pid in pids)
     assert first.closed and not any(alive(pid) for pid in pids)
+    assert first.worker_pids() == []
     first.close()  # idempotent
     with meta_sampler("TabularMDP-v0", batch_size=2, num_workers=2) as second:
         _, valid = second.sample(second.sample_tasks(2))
@@ -248,16 +256,16 @@ def test_dead_worker_raises_and_the_sampler_recovers() -> None:
     with meta_sampler("TabularMDP-v0", batch_size=2, num_workers=2) as s:
         tasks = s.sample_tasks(2)
         s.sample(tasks)
-        assert s._vec is not None
-        victim = s._vec._procs[1]
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.join(5)
+        victim = s.worker_pids()[1]
+        os.kill(victim, signal.SIGKILL)
+        wait_until_dead(victim, 5.0)
         start = time.monotonic()
         with pytest.raises(errors.WorkerError):
             s.sample(tasks)
         assert time.monotonic() - start < 10
         _, valid = s.sample(tasks)  # the workers are rebuilt
         assert len(valid) == 2
+        assert victim not in s.worker_pids()
 
 
 class StoppingPolicy(NormalMLPPolicy):
@@ -284,8 +292,7 @@ def test_hung_worker_raises_after_the_deadline() -> None:
     ) as s:
         tasks = s.sample_tasks(2)
         s.sample(tasks)
-        assert s._vec is not None
-        policy.calls, policy.victim = 0, s._vec._procs[0].pid
+        policy.calls, policy.victim = 0, s.worker_pids()[0]
         try:
             start = time.monotonic()
             with pytest.raises(errors.DeadlineExceededError, match=r"deadline=1.0 s"):

@@ -37,13 +37,15 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
 from vecsample import errors
+from vecsample.config import DEFAULT_CONTEXT, DEFAULT_DEADLINE, check_int, check_seconds
 from vecsample.envs.base import Task, TaskEnv
 from vecsample.maml.episodes import BatchEpisodes
 from vecsample.maml.errors import TaskEnvError
 from vecsample.maml.losses import reinforce_loss
 from vecsample.protocol import AutoresetMode
 from vecsample.results import StepResult
-from vecsample.sampler import DEFAULT_CONTEXT, DEFAULT_DEADLINE, VecSampler
+from vecsample.sampler import VecSampler
+from vecsample.seeding import SeedStream
 
 Params = Mapping[str, torch.Tensor]
 Futures = tuple[list[list["asyncio.Future[BatchEpisodes]"]], list["asyncio.Future[BatchEpisodes]"]]
@@ -93,6 +95,30 @@ class _Request:
     #: their own order, whichever worker replies first.
     generators: list[torch.Generator] | None = None
 
+    def settle(
+        self, loop: asyncio.AbstractEventLoop, step: int, k: int, episodes: BatchEpisodes
+    ) -> None:
+        """Resolves task ``k``'s future of round ``step`` (after the train rounds, the valid
+        round) on ``loop``, from any thread."""
+        future = self.valid[k] if step == self.num_steps else self.train[step][k]
+
+        def settle() -> None:
+            if not future.done():
+                future.set_result(episodes)
+
+        loop.call_soon_threadsafe(settle)
+
+    def fail(self, loop: asyncio.AbstractEventLoop, exc: BaseException) -> None:
+        """Sets ``exc`` on every future not resolved yet, on ``loop``, from any thread."""
+
+        def fail() -> None:
+            for future in [*(f for step in self.train for f in step), *self.valid]:
+                if not future.done():
+                    future.set_exception(exc)
+
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(fail)
+
 
 def _main_loop() -> asyncio.AbstractEventLoop:
     """The main thread's event loop, made and set if there is none (as their code expects)."""
@@ -133,12 +159,63 @@ def _sample(pi: Distribution, generator: torch.Generator | None) -> torch.Tensor
 class MultiTaskSampler:
     """Drop-in for ``maml_rl.samplers.MultiTaskSampler`` (same signature and methods).
 
-    ``env_name`` must be registered with gymnasium (``import vecsample.envs`` registers the task
-    envs) and its unwrapped env must have ``sample_tasks`` and ``reset_task``. ``seed`` seeds
-    the task sampler, every env (through ``np.random.SeedSequence``) and the action noise, so a
-    seeded run repeats. ``context`` and ``deadline`` go to ``VecSampler``: a worker that dies
-    raises ``WorkerDiedError`` from ``sample_wait`` (and from every future), one that hangs
-    raises ``DeadlineExceededError`` after ``deadline`` seconds.
+    ``sample_async(tasks)`` plays ``batch_size`` episodes of every task per round on a
+    ``VecSampler``, in a background thread, and returns asyncio futures of ``BatchEpisodes``;
+    ``sample_wait`` (or ``sample``) waits for them.
+
+    Args:
+        env_name: A gymnasium id (``import vecsample.envs`` registers the task envs) whose
+            unwrapped env has ``sample_tasks`` and ``reset_task``. The workers rebuild it from
+            its pickled ``EnvSpec``, under any start method.
+        env_kwargs: Keyword arguments of ``gymnasium.make``, for ``env`` and every worker's
+            envs; None or ``{}`` for none.
+        batch_size: Episodes per task and round (the envs of one task), an int >= 1.
+        policy: The meta-policy (pytorch-maml-rl's ``Policy`` interface, see ``MetaPolicy``).
+            Its parameters are copied when ``sample_async`` is called: changing its weights
+            while a sample is under way (a line search) does not change what is sampled.
+        baseline: Fitted to every batch before its advantages are computed. The sampler fits a
+            deep copy of its own, in its thread, so the object passed in is never touched.
+        env: The env that samples the tasks and gives the spaces; default
+            ``gymnasium.make(env_name, **env_kwargs)``. It is seeded, then closed here:
+            ``sample_tasks`` only uses its random generator.
+        seed: Seeds the task sampler, every env and the action noise (each from its own child
+            of ``np.random.SeedSequence(seed)``), so a seeded run repeats whatever the number of
+            workers. None: seeds from the OS.
+        num_workers: Worker processes, an int >= 1. Never more than the envs of a sample (the
+            tasks times ``batch_size``); the envs are padded to a multiple of the workers and
+            the spare envs' steps are dropped.
+        context: The ``multiprocessing`` start method of the workers.
+        deadline: Seconds a worker may stay silent before ``DeadlineExceededError``; None waits
+            forever.
+
+    Raises:
+        TaskEnvError: The env has no ``sample_tasks`` / ``reset_task`` (not a task env).
+        ConfigError: ``batch_size``, ``num_workers``, ``seed`` or ``deadline`` is out of range
+            or of the wrong type.
+        gymnasium.error.Error: ``env_name`` is not registered.
+
+    The workers start with the first ``sample_async``, and are rebuilt when the number of tasks
+    changes or after a failure. Failures reach ``sample_wait`` and every future: a worker that
+    dies raises ``WorkerDiedError``, one that hangs ``DeadlineExceededError``. One sample runs
+    at a time: ``sample_async`` again before ``sample_wait`` raises ``PendingCallError``. The
+    futures belong to the main thread's event loop (made and set if there is none).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from vecsample.maml import (LinearFeatureBaseline, MultiTaskSampler,
+        ...                             get_input_size, get_policy_for_env)
+        >>> env = gym.make("TabularMDP-v0")  # 10 states, episodes of 10 steps
+        >>> policy = get_policy_for_env(env, hidden_sizes=(8,))
+        >>> baseline = LinearFeatureBaseline(get_input_size(env))
+        >>> with MultiTaskSampler("TabularMDP-v0", {}, batch_size=2, policy=policy,
+        ...                       baseline=baseline, seed=0, num_workers=2) as sampler:
+        ...     tasks = sampler.sample_tasks(num_tasks=2)
+        ...     train, valid = sampler.sample(tasks, num_steps=1)
+        ...     workers = len(sampler.worker_pids())
+        >>> len(train), len(train[0]), len(valid), workers  # steps x tasks, tasks, workers
+        (1, 2, 2, 2)
+        >>> tuple(valid[0].observations.shape)  # (steps, batch_size, observation size)
+        (10, 2, 10)
     """
 
     def __init__(
@@ -157,24 +234,16 @@ class MultiTaskSampler:
     ) -> None:
         self.env_name = env_name
         self.env_kwargs = dict(env_kwargs or {})
-        self.batch_size = _positive(batch_size, "batch_size")
-        self.num_workers = _positive(num_workers, "num_workers")
+        self.batch_size = check_int(batch_size, "batch_size")
+        self.num_workers = check_int(num_workers, "num_workers")
         self.policy = policy
         self.baseline = copy.deepcopy(baseline)  # fitted on every batch, by the sampling thread
-        self.seed = seed
+        # Seeds drawn in order (task sampler, envs, action noise): 32-bit children of seed.
+        self._seeds = SeedStream(seed, dtype=np.uint32)
+        self.seed = self._seeds.seed
         self.context = context
-        self.deadline = deadline
-        self.env = env if env is not None else gym.make(env_name, **self.env_kwargs)
-        if not isinstance(self.env.unwrapped, TaskEnv):
-            raise TaskEnvError(
-                f"{env_name} is not a meta-RL task env: expected sample_tasks(n) and "
-                f"reset_task(task) on env.unwrapped, got {type(self.env.unwrapped).__name__}. "
-                "See vecsample.envs for the registered task envs."
-            )
-        self._seeds = np.random.SeedSequence(seed)
-        if seed is not None:
-            self.env.reset(seed=_child_seed(self._seeds))  # seeds sample_tasks
-        self.env.close()
+        self.deadline = check_seconds(deadline, "deadline")
+        self.env = _task_env(env_name, self.env_kwargs, env, self._seeds.draw())
         # gym.make on the pickled EnvSpec: a spawned worker rebuilds any registered env (its
         # entry point is imported, which registers vecsample.envs' ids too).
         self._factory = functools.partial(gym.make, gym.spec(env_name), **self.env_kwargs)
@@ -253,6 +322,14 @@ class MultiTaskSampler:
         """``sample_wait(sample_async(tasks, **kwargs))``."""
         return self.sample_wait(self.sample_async(tasks, **kwargs))
 
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids, in worker order (those of the inner ``VecSampler``).
+
+        Empty before the first ``sample_async`` and after ``close()``; new ids once the workers
+        are rebuilt (another number of tasks, or after a failure).
+        """
+        return [] if self._vec is None else self._vec.worker_pids()
+
     def stats(self) -> dict[str, float]:
         """The workers' ``VecSampler.stats()`` (env step time, sends, waits) since they started.
 
@@ -297,7 +374,7 @@ class MultiTaskSampler:
         self._vec = VecSampler(
             [self._factory] * padded,
             num_workers=workers,
-            seed=_child_seed(self._seeds) if self.seed is not None else None,
+            seed=self._seeds.draw(),
             # One episode per env and round: an ended env stays frozen until the next reset.
             autoreset_mode=AutoresetMode.DISABLED,
             infos=False,  # the task envs put the task in every info; nothing here reads them
@@ -318,15 +395,9 @@ class MultiTaskSampler:
         gae_lambda: float,
         device: torch.device,
     ) -> _Request:
-        generators = None
-        if self.seed is not None and self._vec is not None:
-            generators = [
-                torch.Generator(device=device).manual_seed(_child_seed(self._seeds))
-                for _ in range(self._vec.num_workers)
-            ]
         return _Request(
             tasks=tasks,
-            num_steps=_positive(num_steps, "num_steps", minimum=0),
+            num_steps=check_int(num_steps, "num_steps", minimum=0),
             fast_lr=fast_lr,
             gamma=gamma,
             gae_lambda=gae_lambda,
@@ -334,7 +405,8 @@ class MultiTaskSampler:
             params=_snapshot(self.policy, device),
             train=[[self._loop.create_future() for _ in tasks] for _ in range(num_steps)],
             valid=[self._loop.create_future() for _ in tasks],
-            generators=generators,
+            generators=_generators(self._seeds, 0 if self._vec is None else
+                                   self._vec.num_workers, device),
         )
 
     # --- the sampling thread ----------------------------------------------------------------
@@ -348,7 +420,7 @@ class MultiTaskSampler:
         try:
             self._run_rounds(request)
         except BaseException as exc:  # every failure reaches the futures, never a hang
-            self._fail(request, exc)
+            request.fail(self._loop, exc)
             if self._vec is not None:
                 # A broken sampler is rebuilt by the next sample_async. A short timeout: a hung
                 # worker will not answer the close command either, it is terminated.
@@ -366,33 +438,12 @@ class MultiTaskSampler:
         for step in range(request.num_steps + 1):
             rollout = _Rollout(self, vec, request, params)
             batches = rollout.run()
-            futures = request.valid if step == request.num_steps else request.train[step]
             for k, episodes in enumerate(batches):
                 self.baseline.fit(episodes)
                 episodes.compute_advantages(self.baseline, request.gae_lambda, normalize=True)
                 if step < request.num_steps:
-                    params[k] = self._adapt(episodes, params[k], request.fast_lr)
-                self._settle(futures[k], episodes)
-
-    def _adapt(self, episodes: BatchEpisodes, params: Params, fast_lr: float) -> Params:
-        loss = reinforce_loss(self.policy, episodes, params=params)
-        return self.policy.update_params(loss, params=params, step_size=fast_lr, first_order=True)
-
-    def _settle(self, future: asyncio.Future[BatchEpisodes], episodes: BatchEpisodes) -> None:
-        def settle() -> None:
-            if not future.done():
-                future.set_result(episodes)
-
-        self._loop.call_soon_threadsafe(settle)
-
-    def _fail(self, request: _Request, exc: BaseException) -> None:
-        def fail() -> None:
-            for future in [*(f for step in request.train for f in step), *request.valid]:
-                if not future.done():
-                    future.set_exception(exc)
-
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(fail)
+                    params[k] = _adapt(self.policy, episodes, params[k], request.fast_lr)
+                request.settle(self._loop, step, k, episodes)
 
     def _join(self) -> None:
         if self._thread is not None:
@@ -522,15 +573,36 @@ class _Rollout:
         return worker
 
 
-def _child_seed(seeds: np.random.SeedSequence) -> int:
-    """A fresh 32-bit seed from ``seeds`` (each call spawns a new child)."""
-    return int(seeds.spawn(1)[0].generate_state(1)[0])
+def _generators(
+    seeds: SeedStream, count: int, device: torch.device
+) -> list[torch.Generator] | None:
+    """``count`` action-noise generators (one per worker) from the next seeds; None unseeded."""
+    drawn = [seeds.draw() for _ in range(count)]
+    made = [torch.Generator(device=device).manual_seed(s) for s in drawn if s is not None]
+    return made or None
 
 
-def _positive(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise errors.ConfigError(f"{name} must be an int >= {minimum}, got {value!r}.")
-    return value
+def _adapt(policy: MetaPolicy, episodes: BatchEpisodes, params: Params, fast_lr: float) -> Params:
+    """The first-order inner update: one REINFORCE gradient step from ``params``."""
+    loss = reinforce_loss(policy, episodes, params=params)
+    return policy.update_params(loss, params=params, step_size=fast_lr, first_order=True)
+
+
+def _task_env(
+    env_name: str, env_kwargs: dict[str, Any], env: gym.Env[Any, Any] | None, seed: int | None
+) -> gym.Env[Any, Any]:
+    """The env that samples the tasks (``env``, or one made here): checked, seeded, closed."""
+    env = env if env is not None else gym.make(env_name, **env_kwargs)
+    if not isinstance(env.unwrapped, TaskEnv):
+        raise TaskEnvError(
+            f"{env_name} is not a meta-RL task env: expected sample_tasks(n) and "
+            f"reset_task(task) on env.unwrapped, got {type(env.unwrapped).__name__}. "
+            "See vecsample.envs for the registered task envs."
+        )
+    if seed is not None:
+        env.reset(seed=seed)  # seeds sample_tasks
+    env.close()
+    return env
 
 
 __all__ = ["FittableBaseline", "MetaPolicy", "MultiTaskSampler"]
