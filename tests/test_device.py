@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from vecsample.__main__ import main
-from vecsample.tools.probe import Cell, crossover, mlp
+from vecsample.tools.policies import mlp
+from vecsample.tools.probe import Cell, crossover
 from vecsample.train import device as dev
 from vecsample.train.errors import PlacementError
 
@@ -225,7 +226,7 @@ def test_auto_on_a_cpu_only_machine_is_cpu_without_measuring() -> None:
 
 
 def test_torch_bench_times_every_role_on_the_cpu_and_leaves_the_policy_alone() -> None:
-    policy = mlp(4, 16, 1, 2)
+    policy = mlp(4, [16], 2)
     before = copy.deepcopy(policy)
     bench = dev.TorchBench(policy, (4,), repeats=3, warmup=1)
     m = dev.measure(bench, ["cpu"], WORKLOAD)

@@ -7,12 +7,14 @@ the measured numbers live in docs/timeout.md.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 from experiments import timeout_comparison as tc
+from vecsample import testing
 from vecsample.errors import ConfigError
 from vecsample.testing import StragglerEnv
 from vecsample.tools import compare
@@ -88,9 +90,15 @@ def test_policies_respect_the_action_space():
         compare.parse_hidden("mlp:0")
 
 
-def test_straggler_env_has_a_heavy_tail():
+def test_straggler_env_has_a_heavy_tail(monkeypatch):
+    slept: list[float] = []  # what each step sleeps, recorded instead of slept
+    monkeypatch.setattr(testing, "time", SimpleNamespace(sleep=slept.append))
     env = StragglerEnv(step_time=1.0)
-    delays = np.array([env._delay() for _ in range(20_000)])
+    env.reset(seed=0)
+    for _ in range(20_000):
+        env.step(0)
+    delays = np.array(slept)
+    assert len(delays) == 20_000
     median = np.median(delays)
     assert 0.9 < median < 1.3  # Pareto(1.5) + 0.5 has median ~1.09
     assert np.quantile(delays, 0.99) > 10 * median

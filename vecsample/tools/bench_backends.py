@@ -23,17 +23,15 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from vecsample.sampler import EnvMaker, VecSampler
+from vecsample.config import EnvMaker
+from vecsample.sampler import VecSampler
 from vecsample.tools.compare import sampling_loop
+from vecsample.tools.policies import ACTION_TABLE, ActionTable, Policy, mlp_policy
 from vecsample.vector_env import VectorEnv
-
-Policy = Callable[[np.ndarray], np.ndarray]
 
 #: forkserver for the bare loops: the processes start from a small clean server, not from a
 #: copy of this process (which may hold torch threads), like vecsample's own workers.
 BARE_CONTEXT = "forkserver"
-#: How many distinct pre-sampled action batches the "none" policy cycles through.
-ACTION_TABLE = 8
 
 
 class Unavailable(Exception):
@@ -78,56 +76,17 @@ class Backend(Protocol):
 # --- policies --------------------------------------------------------------------------------
 
 
-class ActionTable:
-    """The "none" policy: pre-sampled action batches, cycled, so acting costs nothing."""
-
-    def __init__(self, space: gym.Space[Any], num_envs: int, seed: int = 0) -> None:
-        space.seed(seed)
-        self.batches = [np.stack([np.asarray(space.sample()) for _ in range(num_envs)])
-                        for _ in range(ACTION_TABLE)]
-        self.i = 0
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        self.i = (self.i + 1) % ACTION_TABLE
-        return self.batches[self.i][: len(obs)]
-
-
 def make_policy(kind: str, obs_space: gym.Space[Any], act_space: gym.Space[Any],
                 num_envs: int) -> Policy:
     """``none`` (pre-sampled actions) or ``mlp`` (a 64×64 torch MLP, one thread, no grad)."""
     if kind == "none":
         return ActionTable(act_space, num_envs)
-    return mlp_policy(obs_space, act_space)
-
-
-def mlp_policy(obs_space: gym.Space[Any], act_space: gym.Space[Any]) -> Policy:
-    """A 64×64 tanh MLP in the main process: argmax for Discrete, tanh into Box bounds."""
     import torch
 
     # One thread: the workers own the other cores; a torch pool the size of the machine would
     # fight them for it and measure the oversubscription, not the sampler.
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    obs_dim = int(np.prod(obs_space.shape or (1,)))
-    discrete = isinstance(act_space, gym.spaces.Discrete)
-    out_dim = int(getattr(act_space, "n", 0)) if discrete else int(np.prod(act_space.shape or (1,)))
-    net = torch.nn.Sequential(
-        torch.nn.Linear(obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
-        torch.nn.Linear(64, out_dim),
-    )
-
-    def policy(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.as_tensor(obs.reshape(len(obs), -1), dtype=torch.float32)
-            out = net(x)
-        if discrete:
-            return np.asarray(out.argmax(dim=1).numpy(), dtype=np.int64)
-        assert isinstance(act_space, gym.spaces.Box)
-        low, high = act_space.low, act_space.high
-        unit = torch.tanh(out).numpy().reshape(len(obs), *act_space.shape)
-        return np.asarray(low + (unit + 1.0) * 0.5 * (high - low), dtype=act_space.dtype)
-
-    return policy
+    return mlp_policy(obs_space, act_space)
 
 
 # --- bare loops ------------------------------------------------------------------------------
@@ -299,7 +258,9 @@ def _pids(sampler: Any) -> list[int]:
     """Worker pids of a vecsample sampler or VectorEnv, an AsyncVectorEnv or a SubprocVecEnv."""
     if isinstance(sampler, VectorEnv):
         sampler = sampler.sampler
-    procs = getattr(sampler, "_procs", None) or getattr(sampler, "processes", None) or []
+    if isinstance(sampler, VecSampler):
+        return sampler.worker_pids()
+    procs = getattr(sampler, "processes", None) or []  # gymnasium's and SB3's attribute
     return [p.pid for p in procs if p.pid is not None]
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import itertools
 import json
 import math
 import time
@@ -24,15 +23,39 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
+from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
 from vecsample.protocol import EnvFn
-from vecsample.sampler import EnvMaker, VecSampler
+from vecsample.sampler import VecSampler
 from vecsample.testing import SlowEnv
+from vecsample.tools.policies import (
+    SPEC_HELP,
+    Policy,
+    make_policy,
+    mlp_policy,
+    parse_hidden,
+    random_policy,
+    with_latency,
+)
 
-Policy = Callable[[np.ndarray], np.ndarray]
+# The policies moved to vecsample.tools.policies; their names stay importable from here.
+__all__ = [
+    "Grid",
+    "LoopResult",
+    "Policy",
+    "env_factories",
+    "format_table",
+    "make_policy",
+    "mlp_policy",
+    "parse_hidden",
+    "random_policy",
+    "sampling_loop",
+    "summarize",
+    "sweep",
+    "with_latency",
+]
 
 #: Synthetic env names: SlowEnv with each step-time tail (see vecsample.testing).
 SYNTHETIC_ENVS = {"sleep": "none", "uniform": "uniform", "straggler": "heavy"}
@@ -73,10 +96,8 @@ def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, po
     """
     obs, _ = sampler.reset(seed=seed)
     b = sampler.envs_per_worker
-    first = policy(np.asarray(obs))
-    for w in range(sampler.num_workers):
-        sampler.step_send(w, first[w * b:(w + 1) * b])
-    sent, received, recvs, calls, policy_s = sampler.num_workers * b, 0, 0, 1, 0.0
+    sent = _send(sampler, range(sampler.num_workers), policy(np.asarray(obs)))
+    received, recvs, calls, policy_s = 0, 0, 1, 0.0
     before = sampler.stats()
     start = time.perf_counter()
     limit = float("inf") if max_steps is None else max_steps
@@ -88,125 +109,29 @@ def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, po
         actions = policy(np.concatenate([np.asarray(r.obs) for r in results]))
         calls += 1
         policy_s += time.perf_counter() - t0
-        for i, r in enumerate(results):
-            sampler.step_send(r.worker, actions[i * b:(i + 1) * b])  # type: ignore[arg-type]
-            sent += b
+        sent += _send(sampler, [r.worker for r in results if r.worker is not None], actions)
     while received < sent:  # drain: nothing sent is left unreceived
         results = sampler.step_recv(None)
         recvs += 1
         received += b * len(results)
     seconds = time.perf_counter() - start
-    after = sampler.stats()
+    delta = {k: v - before[k] for k, v in sampler.stats().items() if k in before}
     return LoopResult(
         env="", timeout=timeout, workers=sampler.num_workers, envs_per_worker=b,
         steps=received, seconds=seconds, steps_per_s=received / seconds,
-        workers_per_recv=(after["workers_received"] - before["workers_received"]) / recvs,
-        policy_calls_per_1000_steps=1000.0 * calls / received,
-        wait_s=after["wait_s"] - before["wait_s"], policy_s=policy_s,
-        env_step_s=after["env_step_s"] - before["env_step_s"],
-        steps_sent=sent, steps_received=received, recvs=recvs, policy_calls=calls,
-        send_s=after["send_s"] - before["send_s"],
+        workers_per_recv=delta["workers_received"] / recvs,
+        policy_calls_per_1000_steps=1000.0 * calls / received, wait_s=delta["wait_s"],
+        policy_s=policy_s, env_step_s=delta["env_step_s"], steps_sent=sent,
+        steps_received=received, recvs=recvs, policy_calls=calls, send_s=delta["send_s"],
     )
 
 
-# --- policies ------------------------------------------------------------------------------------
-
-
-def random_policy(action_space: gym.Space[Any] | int, seed: int = 0) -> Policy:
-    """Uniform actions (Discrete or bounded Box): a policy whose cost does not matter."""
-    rng = np.random.default_rng(seed)
-    space = gym.spaces.Discrete(action_space) if isinstance(action_space, int) else action_space
-    if isinstance(space, gym.spaces.Discrete):
-        lo, n = int(space.start), int(space.n)
-        return lambda obs: rng.integers(lo, lo + n, size=len(obs))
-    if isinstance(space, gym.spaces.Box) and space.is_bounded():
-        low, high, dtype = space.low, space.high, space.dtype
-        return lambda obs: rng.uniform(low, high, size=(len(obs), *low.shape)).astype(dtype)
-    raise ConfigError(
-        f"the random policy needs a Discrete or bounded Box action space, got {space}")
-
-
-def parse_hidden(spec: str) -> tuple[int, ...]:
-    """``"mlp:64,64"`` -> (64, 64); ``"mlp"`` -> (64, 64)."""
-    _, _, sizes = spec.partition(":")
-    try:
-        hidden = tuple(int(s) for s in sizes.split(",")) if sizes else (64, 64)
-    except ValueError as exc:
-        raise ConfigError(f"a policy is 'random' or 'mlp:H1,H2,...', got {spec!r}") from exc
-    if not hidden or min(hidden) < 1:
-        raise ConfigError(f"hidden sizes must be >= 1, got {spec!r}")
-    return hidden
-
-
-def mlp_policy(observation_space: gym.Space[Any], action_space: gym.Space[Any],
-               hidden: Sequence[int] = (64, 64), seed: int = 0) -> Policy:
-    """A torch MLP (tanh) on the flat observation: its cost grows with batch and width.
-
-    Discrete actions are the argmax of the logits; Box actions are squashed into the bounds.
-    """
-    import torch  # lazily: `import vecsample` stays free of torch
-
-    dims = [gym.spaces.flatdim(observation_space), *hidden]
-    layers: list[torch.nn.Module] = []
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        for a, b in itertools.pairwise(dims):
-            layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
-        layers.append(torch.nn.Linear(dims[-1], _action_dim(action_space)))
-    net = torch.nn.Sequential(*layers).eval()
-    decode = _decoder(action_space)
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
-        with torch.inference_mode():
-            return decode(net(x).numpy())
-
-    return act
-
-
-def _action_dim(space: gym.Space[Any]) -> int:
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, gym.spaces.Box) and space.is_bounded():
-        return int(np.prod(space.shape))
-    raise ConfigError(f"the MLP policy needs a Discrete or bounded Box action space, got {space}")
-
-
-def _decoder(space: gym.Space[Any]) -> Callable[[np.ndarray], np.ndarray]:
-    if isinstance(space, gym.spaces.Discrete):
-        start = int(space.start)
-        return lambda out: out.argmax(axis=1) + start
-    assert isinstance(space, gym.spaces.Box)
-    low, high = space.low.reshape(-1), space.high.reshape(-1)
-    shape, dtype = space.shape, space.dtype
-    return lambda out: (low + (np.tanh(out) + 1) / 2 * (high - low)).astype(dtype).reshape(
-        len(out), *shape)
-
-
-def with_latency(policy: Policy, latency: float) -> Policy:
-    """Adds a fixed ``latency`` (sleep) to every call: a per-call cost independent of the batch,
-    like the GPU launch and sync of a small network (the seed's case)."""
-    if latency <= 0:
-        return policy
-
-    def slow(obs: np.ndarray) -> np.ndarray:
-        out = policy(obs)
-        time.sleep(latency)
-        return out
-
-    return slow
-
-
-def make_policy(spec: str, observation_space: gym.Space[Any], action_space: gym.Space[Any],
-                latency: float = 0.0, seed: int = 0) -> Policy:
-    """``"random"`` or ``"mlp:H1,H2,..."`` for these spaces, plus a per-call latency."""
-    if spec == "random":
-        base = random_policy(action_space, seed)
-    elif spec.split(":")[0] == "mlp":
-        base = mlp_policy(observation_space, action_space, parse_hidden(spec), seed)
-    else:
-        raise ConfigError(f"a policy is 'random' or 'mlp:H1,H2,...', got {spec!r}")
-    return with_latency(base, latency)
+def _send(sampler: VecSampler, workers: Sequence[int], actions: np.ndarray) -> int:
+    """Sends block ``i`` of ``actions`` to ``workers[i]``; returns the env steps sent."""
+    b = sampler.envs_per_worker
+    for i, w in enumerate(workers):
+        sampler.step_send(w, actions[i * b:(i + 1) * b])
+    return b * len(workers)
 
 
 # --- the sweep -----------------------------------------------------------------------------------
@@ -373,7 +298,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeouts", nargs="+", default=["none", "0.0005"],
                         help="'none' for full batches, seconds for partial batches")
     parser.add_argument("--policies", nargs="+", default=d.policies,
-                        help="'random' or 'mlp:H1,H2,...' (a torch MLP of that width)")
+                        help=SPEC_HELP)
     parser.add_argument("--policy-latency", nargs="+", type=float, default=d.policy_latencies,
                         help="a fixed per-call cost in seconds (sleep), like a GPU round trip")
     parser.add_argument("--step-time", type=float, default=d.step_time,

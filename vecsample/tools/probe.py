@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
-from torch import nn
 
+from vecsample.tools.policies import mlp
 from vecsample.train.device import CPU, TorchBench, available_devices
 from vecsample.train.profile import PhaseTimer, format_report
 
@@ -61,21 +61,10 @@ class Cell:
     ms: float
 
 
-def mlp(in_dim: int, hidden: int, layers: int, out_dim: int) -> nn.Sequential:
-    """The probe's policy: ``layers`` tanh hidden layers of ``hidden`` units, CleanRL style."""
-    modules: list[nn.Module] = []
-    width = in_dim
-    for _ in range(layers):
-        modules += [nn.Linear(width, hidden), nn.Tanh()]
-        width = hidden
-    modules.append(nn.Linear(width, out_dim))
-    return nn.Sequential(*modules)
-
-
 def _measure_net(
     args: argparse.Namespace, devices: Sequence[str], layers: int, hidden: int, timer: PhaseTimer
 ) -> tuple[list[Cell], dict[str, float]]:
-    net = mlp(args.obs_dim, hidden, layers, args.out_dim)
+    net = mlp(args.obs_dim, [hidden] * layers, args.out_dim)  # ``layers`` of ``hidden`` units
     params = sum(p.numel() for p in net.parameters())
     bench = TorchBench(net, (args.obs_dim,), repeats=args.repeats, warmup=args.warmup)
     cells = []
