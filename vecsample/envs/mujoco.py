@@ -74,12 +74,21 @@ class _DirectionTasks:
 
 
 class _HalfCheetahTaskEnv(HalfCheetahV5):
-    """HalfCheetah with pytorch-maml-rl's observation; subclasses define the task term."""
+    """HalfCheetah with pytorch-maml-rl's observation; subclasses define the task term.
 
-    def __init__(self, task: Task, **kwargs: Any) -> None:
+    ``args`` are the subclass's own arguments (before ``kwargs``), so that a pickled copy is
+    rebuilt through the subclass.
+    """
+
+    def __init__(self, task: Task, args: tuple[Any, ...], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._task = task
         self.observation_space = _float_box(self.model.nq - 1 + self.model.nv + 3)
+        utils.EzPickle.__init__(self, *args, **kwargs)
+        self.reset_task(task)
+
+    def reset_task(self, task: Task) -> None:
+        raise NotImplementedError
 
     def _get_obs(self) -> FloatArray:
         parts = (self.data.qpos[1:], self.data.qvel, self.data.body("torso").xpos)
@@ -115,11 +124,9 @@ class HalfCheetahVelEnv(_VelocityTasks, _HalfCheetahTaskEnv):
     def __init__(
         self, task: Task | None = None, low: float = 0.0, high: float = 2.0, **kwargs: Any
     ) -> None:
-        self.low = low
-        self.high = high
-        super().__init__(task if task is not None else {"velocity": 0.0}, **kwargs)
-        utils.EzPickle.__init__(self, task, low, high, **kwargs)
-        self.reset_task(self._task)
+        self.low, self.high = low, high
+        default = {"velocity": 0.0}
+        super().__init__(task if task is not None else default, (task, low, high), **kwargs)
 
     def _task_reward(self, forward_velocity: float) -> float:
         return -abs(forward_velocity - self._goal_velocity)
@@ -129,26 +136,30 @@ class HalfCheetahDirEnv(_DirectionTasks, _HalfCheetahTaskEnv):
     """Run forward (+1) or backward (-1), each with probability 1/2. Task term: ``dir * v_x``."""
 
     def __init__(self, task: Task | None = None, **kwargs: Any) -> None:
-        super().__init__(task if task is not None else {"direction": 1}, **kwargs)
-        utils.EzPickle.__init__(self, task, **kwargs)
-        self.reset_task(self._task)
+        default = {"direction": 1}
+        super().__init__(task if task is not None else default, (task,), **kwargs)
 
     def _task_reward(self, forward_velocity: float) -> float:
         return self._goal_direction * forward_velocity
 
 
 class _AntTaskEnv(AntV5):
-    """Ant with pytorch-maml-rl's observation, costs and termination."""
+    """Ant with pytorch-maml-rl's observation, costs and termination (``args``: as for
+    ``_HalfCheetahTaskEnv``)."""
 
-    def __init__(self, task: Task, **kwargs: Any) -> None:
+    def __init__(self, task: Task, args: tuple[Any, ...], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._task = task
         torso_pose = 9 + 3  # rotation matrix and position of the torso
         size = self.model.nq + self.model.nv + self.data.cfrc_ext.size + torso_pose
         self.observation_space = _float_box(size)
         box = cast(spaces.Box, self.action_space)
-        low, high = box.low, box.high
-        self._action_scaling = 0.5 * (high - low)
+        self._action_scaling = 0.5 * (box.high - box.low)
+        utils.EzPickle.__init__(self, *args, **kwargs)
+        self.reset_task(task)
+
+    def reset_task(self, task: Task) -> None:
+        raise NotImplementedError
 
     def _contact_forces(self) -> NDArray[np.float64]:
         forces: NDArray[np.float64] = np.clip(self.data.cfrc_ext, -1.0, 1.0)
@@ -200,11 +211,9 @@ class AntVelEnv(_VelocityTasks, _AntTaskEnv):
     def __init__(
         self, task: Task | None = None, low: float = 0.0, high: float = 3.0, **kwargs: Any
     ) -> None:
-        self.low = low
-        self.high = high
-        super().__init__(task if task is not None else {"velocity": 0.0}, **kwargs)
-        utils.EzPickle.__init__(self, task, low, high, **kwargs)
-        self.reset_task(self._task)
+        self.low, self.high = low, high
+        default = {"velocity": 0.0}
+        super().__init__(task if task is not None else default, (task, low, high), **kwargs)
 
     def _task_reward(self, xy_before: NDArray[np.float64]) -> tuple[str, float]:
         velocity = self._forward_velocity(xy_before)
@@ -215,9 +224,8 @@ class AntDirEnv(_DirectionTasks, _AntTaskEnv):
     """Walk forward (+1) or backward (-1), each with probability 1/2. Task term: ``dir * v_x``."""
 
     def __init__(self, task: Task | None = None, **kwargs: Any) -> None:
-        super().__init__(task if task is not None else {"direction": 1}, **kwargs)
-        utils.EzPickle.__init__(self, task, **kwargs)
-        self.reset_task(self._task)
+        default = {"direction": 1}
+        super().__init__(task if task is not None else default, (task,), **kwargs)
 
     def _task_reward(self, xy_before: NDArray[np.float64]) -> tuple[str, float]:
         return "reward_forward", self._goal_direction * self._forward_velocity(xy_before)
@@ -232,11 +240,9 @@ class AntPosEnv(_AntTaskEnv):
     def __init__(
         self, task: Task | None = None, low: float = -3.0, high: float = 3.0, **kwargs: Any
     ) -> None:
-        self.low = low
-        self.high = high
-        super().__init__(task if task is not None else {"position": np.zeros(2)}, **kwargs)
-        utils.EzPickle.__init__(self, task, low, high, **kwargs)
-        self.reset_task(self._task)
+        self.low, self.high = low, high
+        default = {"position": np.zeros(2)}
+        super().__init__(task if task is not None else default, (task, low, high), **kwargs)
 
     def sample_tasks(self, num_tasks: int) -> list[Task]:
         positions = self.np_random.uniform(self.low, self.high, size=(num_tasks, 2))
