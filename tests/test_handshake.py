@@ -63,7 +63,7 @@ def test_unordered_platform_protocol(make_sampler, monkeypatch, context):
     monkeypatch.setattr(handshake, "ORDERED", False)
     s = make_sampler(fns(SlowEnv, 6, step_time=2e-5, tail="uniform", spread=1.0),
                      num_workers=3, infos=False, context=context)
-    assert not s._ordered
+    assert not s.handshake_state().ordered
     s.reset()
     assert mixed_rounds(s, workers=3, per=2, rounds=600) > 20
 
@@ -117,6 +117,6 @@ def test_restart_resets_the_counters(make_sampler):
         r = s.step(ones(2))
         seen_restart |= bool(r.restarted.any())
     assert seen_restart
-    control = s._buffers.control()
+    state = s.handshake_state()
     # Every posted step finished: DONE caught up with SEQ on both workers.
-    np.testing.assert_array_equal(control[:2, handshake.DONE], control[:2, handshake.SEQ])
+    np.testing.assert_array_equal(state.finished, state.posted)

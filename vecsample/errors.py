@@ -87,6 +87,19 @@ class WorkerBusyError(PendingCallError):
         self.workers = workers
 
 
+class ProtocolError(VecSampleError, RuntimeError):
+    """A worker state change outside ``protocol.TRANSITIONS``: a bug in vecsample, not in yours."""
+
+    def __init__(self, *, worker: int, current: str, requested: str) -> None:
+        super().__init__(
+            f"worker {worker} cannot go from {current} to {requested}; this is a bug in "
+            f"vecsample, please report it with the calls that led here."
+        )
+        self.worker = worker
+        self.current = current
+        self.requested = requested
+
+
 class WorkerIndexError(VecSampleError, IndexError):
     """A worker index outside ``range(num_workers)``."""
 

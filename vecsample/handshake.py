@@ -28,6 +28,7 @@ import select
 import threading
 import time
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -144,6 +145,19 @@ class WorkerSide:
                 os.write(self.ring_fd, self.ring)
 
 
+@dataclass(frozen=True)
+class HandshakeState:
+    """A copy of the step handshake's state (``VecSampler.handshake_state()``)."""
+
+    #: True where stores are ordered (x86): readiness is read from the counters alone; False
+    #: elsewhere: every post and reply also rings a pipe, and readiness comes from the rings.
+    ordered: bool
+    #: Per worker, the number of the last step posted to it (SEQ).
+    posted: np.ndarray
+    #: Per worker, the number of the last step it finished (DONE); equal to posted: idle.
+    finished: np.ndarray
+
+
 class ParentSide:
     """The parent's end: posts steps, rings sleeping workers, waits for finished steps."""
 
@@ -159,6 +173,12 @@ class ParentSide:
         self.expect = [-1] * num_workers
         self.seq: list[int] = [self.words[w * CONTROL_WORDS + SEQ] for w in range(num_workers)]
         self.rung: set[int] = set()  # unordered platforms: workers whose ring was read
+
+    def snapshot(self) -> HandshakeState:
+        """The counters as they stand, for diagnostics and tests."""
+        rows = np.asarray(self.words, dtype=np.int64)[: len(self.seq) * CONTROL_WORDS]
+        rows = rows.reshape(len(self.seq), CONTROL_WORDS)
+        return HandshakeState(self.ordered, rows[:, SEQ].copy(), rows[:, DONE].copy())
 
     def post(self, w: int) -> None:
         """Starts step number seq+1 on worker ``w`` (its actions are already written)."""

@@ -16,6 +16,7 @@ pipe: it lives in shared memory (``vecsample.shm``).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
@@ -23,8 +24,12 @@ from typing import Any
 
 import gymnasium as gym
 
+from vecsample import errors
+
 #: What builds one env in a worker: called there, once per env (and again on a restart).
 EnvFn = Callable[[], gym.Env[Any, Any]]
+#: Any gymnasium space (its type parameter is the type of its samples).
+Space = gym.Space[Any]
 
 
 class Command(IntEnum):
@@ -48,14 +53,93 @@ class Reply(IntEnum):
 
 
 class WorkerState(Enum):
-    """The parent's view of one worker; the state machine behind every PendingCallError."""
+    """The parent's view of one worker; the state machine behind every out-of-order error."""
 
     IDLE = "idle"
     STEPPING = "stepping"
     BUSY = "busy"  # a synchronous command (reset, call, ...) is in flight
-    FAILED = "failed"  # its env raised; it must be restarted or the sampler closed
+    FAILED = "failed"  # its env raised or it hung; it must be restarted or the sampler closed
     DEAD = "dead"  # the process is gone
     CLOSED = "closed"
+
+
+_S = WorkerState
+#: Every move a worker's state may make; anything else is a bug in vecsample (ProtocolError).
+#: A restart moves a failed, dead or hung (still STEPPING) worker to BUSY while it is rebuilt.
+TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
+    _S.IDLE: frozenset({_S.STEPPING, _S.BUSY, _S.DEAD, _S.CLOSED}),  # DEAD: a send failed
+    _S.STEPPING: frozenset({_S.IDLE, _S.FAILED, _S.DEAD, _S.BUSY, _S.CLOSED}),
+    _S.BUSY: frozenset({_S.IDLE, _S.FAILED, _S.DEAD, _S.CLOSED}),
+    _S.FAILED: frozenset({_S.BUSY, _S.FAILED, _S.CLOSED}),
+    _S.DEAD: frozenset({_S.BUSY, _S.FAILED, _S.CLOSED}),
+    _S.CLOSED: frozenset(),
+}
+
+
+class WorkerStates:
+    """One ``WorkerState`` per worker, changed only through :meth:`transition`.
+
+    The out-of-order checks (``expect_idle``, ``expect_all_idle``, ``stepping``) raise the
+    errors a caller can act on, in gymnasium's style: which call, which workers, what to call
+    first.
+    """
+
+    def __init__(self, num_workers: int) -> None:
+        self._states = [WorkerState.IDLE] * num_workers
+
+    def __getitem__(self, w: int) -> WorkerState:
+        return self._states[w]
+
+    def index(self, worker: object, closed: bool) -> int:
+        """``worker`` as a valid index, or ClosedError / WorkerIndexError saying why not."""
+        if closed:
+            raise errors.ClosedError(what="VecSampler")
+        n = len(self._states)
+        if (isinstance(worker, bool) or not isinstance(worker, numbers.Integral)
+                or not 0 <= int(worker) < n):
+            raise errors.WorkerIndexError(worker=worker, num_workers=n)
+        return int(worker)
+
+    def transition(self, w: int, to: WorkerState) -> None:
+        """Moves worker ``w`` to ``to``; a move not in TRANSITIONS raises ProtocolError."""
+        now = self._states[w]
+        if to not in TRANSITIONS[now]:
+            raise errors.ProtocolError(worker=w, current=now.value, requested=to.value)
+        self._states[w] = to
+
+    def close_all(self) -> None:
+        for w in range(len(self._states)):
+            self.transition(w, WorkerState.CLOSED)
+
+    def stepping(self) -> list[int]:
+        """The workers with a step in flight, in index order."""
+        return [w for w, s in enumerate(self._states) if s is WorkerState.STEPPING]
+
+    def all_idle(self) -> bool:
+        return self._states.count(WorkerState.IDLE) == len(self._states)  # one C-level count
+
+    def expect_idle(self, w: int, call: str) -> None:
+        """Raises unless worker ``w`` can take ``call`` now (restart heals lost ones first)."""
+        state = self._states[w]
+        if state is WorkerState.STEPPING:
+            raise errors.WorkerBusyError(call=call, workers=[w], to_one=True)
+        if state is not WorkerState.IDLE:
+            raise errors.WorkerLostError(call=call, worker=w, state=state.value)
+
+    def expect_all_idle(self, call: str) -> None:
+        """Raises unless every worker can take ``call`` now (a command to all of them)."""
+        if self.all_idle():
+            return
+        stepping = self.stepping()
+        if stepping:
+            raise errors.WorkerBusyError(call=call, workers=stepping)
+        for w in range(len(self._states)):
+            self.expect_idle(w, call)
+
+    def lost(self) -> list[int]:
+        """The workers left failed or dead by an earlier call."""
+        return [w for w, s in enumerate(self._states)
+                if s in (WorkerState.FAILED, WorkerState.DEAD)]
 
 
 class AutoresetMode(str, Enum):

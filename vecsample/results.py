@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+#: One info dict per env, as gymnasium's single envs return them.
+Infos = list[dict[str, Any]]
+
 
 @dataclass
 class StepResult:

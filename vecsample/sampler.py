@@ -3,79 +3,97 @@
 ``step_send(worker, actions)`` starts one worker; ``step_recv(timeout)`` returns the workers that
 are done: every running worker when ``timeout`` is None (a full batch), or the first one plus
 whichever others finish within ``timeout`` seconds of it (a partial batch). A worker that finishes
-after a recv returned stays in its pipe and is returned by the next recv, so nothing is lost or
+after a recv returned stays pending and is returned by the next recv, so nothing is lost or
 returned twice. Results are zero-copy views into shared memory, valid until that worker is sent
 again (``copy=True`` returns copies). See docs/semantics.md.
+
+The jobs are split by module: ``config.py`` validates the arguments, ``pool.py`` owns the
+processes and the command RPC, ``protocol.py`` the worker state machine, ``restart.py`` the
+restart policy; this class is the API on top.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import math
-import multiprocessing as mp
-import numbers
 import os
-import pickle
-import select
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, TypeVar
 
-import gymnasium as gym
 import numpy as np
 
 from vecsample import errors, handshake, signals
-from vecsample.handshake import DOORBELL, REPLY_MESSAGE, ParentSide
-from vecsample.protocol import (
-    OK_MESSAGE,
-    AutoresetMode,
-    Command,
-    EnvFn,
-    ErrorReport,
-    Reply,
-    WorkerState,
+from vecsample.config import (
+    DEFAULT_CONTEXT,
+    DEFAULT_DEADLINE,
+    EnvMaker,
+    SamplerConfig,
+    check_seconds,
+    usable_cores,
 )
-from vecsample.results import StepResult
-from vecsample.seeding import SeedArg, check_seed, env_seeds, resolve_seeds, restart_seed
-from vecsample.shm import STAT_FIELDS, SharedBuffers, Views
-from vecsample.spaces import bounds_checker, check_action_leaf, copy_tree, flatten, leaves
-from vecsample.stats import PhaseSource, merged_totals, wall_split
-from vecsample.worker import WorkerSpec, worker_main
+from vecsample.handshake import HandshakeState
+from vecsample.pool import WorkerPool
+from vecsample.protocol import AutoresetMode, Command, EnvFn, Space, WorkerState
+from vecsample.restart import Restarts
+from vecsample.results import Infos, StepResult
+from vecsample.seeding import SeedArg
+from vecsample.shm import STAT_FIELDS, SharedBuffers
+from vecsample.spaces import Actions, ActionWriter, leaves
+from vecsample.stats import Meter, PhaseSource
+from vecsample.stepping import StepChannel
 
-#: Default whole-call deadline (seconds): no call blocks longer, even if a worker hangs.
-DEFAULT_DEADLINE = 300.0
-#: How long the parent and the workers poll the step handshake's counters before sleeping on a
-#: pipe, when every worker can have a core of its own (µs). It skips scheduler wake-ups (an IPI
-#: on a VM, docs/benchmarks.md); with more workers than cores, spinning would steal their CPU.
-AUTO_SPIN_US = 200.0
-#: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline.
-STARTUP_DEADLINE = 120.0
-#: forkserver: safe with threads in the parent (torch, CUDA), starts workers from a small clean
-#: process instead of copying the trainer's memory, and gives the same picklability rules on
-#: every platform as spawn, while starting faster than spawn once the server is up.
-DEFAULT_CONTEXT = "forkserver"
+T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class EnvMaker:
-    """A picklable factory for ``gym.make(env_id, **kwargs)``."""
-
-    env_id: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def __call__(self) -> gym.Env[Any, Any]:
-        if self.env_id not in gym.registry and importlib.util.find_spec("vecsample.envs"):
-            importlib.import_module("vecsample.envs")  # registers the meta-RL task envs
-        return gym.make(self.env_id, **self.kwargs)
+__all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "EnvMaker", "VecSampler", "usable_cores"]
 
 
 class VecSampler:
-    """N worker processes, each stepping ``num_envs // num_workers`` envs serially."""
+    """N worker processes, each stepping a contiguous block of ``num_envs // num_workers`` envs.
+
+    Args:
+        env_fns: one factory per env (each called in a worker), or a registered env id
+            (then ``num_envs`` is required). Under ``spawn``/``forkserver`` factories must be
+            picklable (module-level functions, ``functools.partial``).
+        num_envs: with an env id, how many envs; with factories, optional, must match.
+        env_kwargs: keyword arguments for ``gym.make`` with an env id.
+        num_workers: worker processes; must divide the number of envs.
+        seed: env ``j`` is seeded with child ``j`` of ``SeedSequence(seed)`` on the first
+            ``reset()``, whatever the worker split. None: unseeded.
+        autoreset_mode: ``"SameStep"`` (default: an ended env is reset in the same step, its
+            last observation in ``final_obs``), ``"NextStep"`` (gymnasium's default) or
+            ``"Disabled"``; gymnasium's ``AutoresetMode`` works too.
+        infos: collect the envs' info dicts (pickled through the pipes; off saves that cost).
+        context: the multiprocessing start method (``forkserver`` by default: safe with
+            threads and CUDA in the parent).
+        deadline: no call blocks longer than this many seconds (None: forever). A worker
+            silent past it is reported hung (DeadlineExceededError) or, with ``restart``,
+            respawned. Building the envs gets ``max(deadline, 120 s)``.
+        threads_per_worker: caps the BLAS/OpenMP/torch threads of each worker (None: leave).
+        cpu_affinity: True pins worker ``w`` to the ``w``-th usable core; a list gives each
+            worker its cores; None leaves scheduling to the OS.
+        check_actions: reject actions outside the action space before sending (an
+            ActionError naming the rows); gymnasium's vector envs do not check.
+        observation_space: skip building an env in the parent to read the space.
+        action_space: likewise for the action space.
+        restart: respawn a worker that died, raised or hung, and return its envs reset,
+            flagged ``restarted`` and truncated, instead of raising (docs/reliability.md).
+        max_restarts: restarts allowed over the sampler's life (one more: RestartLimitError).
+        spin_us: microseconds both sides poll shared memory before sleeping on a pipe
+            (None: 200 while every worker can have a core of its own, else 0).
+
+    Raises:
+        ConfigError: an argument that cannot work (the message says which and how to fix it).
+        UnsupportedSpaceError: a space that cannot live in shared memory.
+        EnvFactoryError: a factory that cannot be pickled, or raised while building.
+
+    Example:
+        >>> import numpy as np
+        >>> from vecsample import VecSampler
+        >>> with VecSampler("CartPole-v1", num_envs=4, num_workers=2, seed=0) as sampler:
+        ...     obs, infos = sampler.reset()
+        ...     result = sampler.step(np.zeros(4, dtype=np.int64))
+        ...     print(obs.shape, result.rewards.tolist())
+        (4, 4) [1.0, 1.0, 1.0, 1.0]
+    """
 
     def __init__(
         self,
@@ -92,172 +110,72 @@ class VecSampler:
         threads_per_worker: int | None = 1,
         cpu_affinity: Sequence[Sequence[int]] | bool | None = None,
         check_actions: bool = True,
-        observation_space: gym.Space[Any] | None = None,
-        action_space: gym.Space[Any] | None = None,
+        observation_space: Space | None = None,
+        action_space: Space | None = None,
         restart: bool = False,
         max_restarts: int = 3,
         spin_us: float | None = None,
     ) -> None:
         self._closed = True  # until the workers are up; close() is then a no-op
-        fns = _env_fns(env_fns, num_envs, env_kwargs)
-        self.num_envs = len(fns)
-        self.num_workers = _check_workers(num_workers, self.num_envs)
-        self.envs_per_worker = self.num_envs // self.num_workers
-        self.autoreset_mode = _check_mode(autoreset_mode)
-        self.deadline = _check_deadline(deadline, "deadline")
-        self.check_actions = bool(check_actions)
-        self.spin_s = _spin_seconds(spin_us, self.num_workers)
-        self._seeds = env_seeds(None if seed is None else check_seed(seed), self.num_envs)
-        self.restart = bool(restart)
-        self.max_restarts = _check_max_restarts(max_restarts)
-        #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
-        self.restart_log: list[tuple[int, str]] = []
-        self._streams = list(self._seeds)  # each env's own seed stream, for re-seeding restarts
-        self._flagged = [False] * self.num_workers  # restarted flags to clear on the next send
-        self._ctx = _context(context)
-        self.context = context
-        obs_space, act_space = _probe_spaces(fns[0], observation_space, action_space)
-        self.single_observation_space = obs_space
-        self.single_action_space = act_space
-        self._action_leaves = leaves(act_space)
-        self._action_bounds = [bounds_checker(leaf) if self.check_actions else None
-                               for leaf in self._action_leaves]
-        self._bare_action = len(self._action_leaves) == 1 and not self._action_leaves[0].path
+        c = self.config = SamplerConfig.build(
+            env_fns, num_envs=num_envs, env_kwargs=env_kwargs, num_workers=num_workers,
+            seed=seed, autoreset_mode=autoreset_mode, infos=infos, context=context,
+            deadline=deadline, threads_per_worker=threads_per_worker,
+            cpu_affinity=cpu_affinity, check_actions=check_actions, restart=restart,
+            max_restarts=max_restarts, spin_us=spin_us,
+        )
+        self.num_envs, self.num_workers, self.envs_per_worker = (
+            c.num_envs, c.num_workers, c.envs_per_worker)
+        self.autoreset_mode, self.deadline, self.context = c.autoreset_mode, c.deadline, c.context
+        self.restart, self.max_restarts, self.spin_s = c.restart, c.max_restarts, c.spin_s
+        self.check_actions = c.check_actions
+        self._start(*_probe_spaces(c.env_fns[0], observation_space, action_space))
+
+    def _start(self, obs_space: Space, act_space: Space) -> None:
+        self.single_observation_space, self.single_action_space = obs_space, act_space
+        self._actions = ActionWriter(act_space, self.check_actions)
         self._everyone = list(range(self.num_workers))
         self._buffers = SharedBuffers(obs_space, act_space, self.num_envs, self.num_workers)
-        self._all: Views = self._buffers.views()
-        self._views = [self._buffers.views(*self._bounds(w)) for w in range(self.num_workers)]
-        self._states = [WorkerState.IDLE] * self.num_workers
-        self._timers = {"send_s": 0.0, "wait_s": 0.0, "recvs": 0.0, "workers_received": 0.0}
-        self._born = time.perf_counter()
-        self._phase_sources: list[PhaseSource] = []  # add_phases(): timers of code built on us
-        self._fns, self._infos, self._threads = fns, infos, threads_per_worker
-        self._affinity = _affinity(cpu_affinity, self.num_workers)
-        self._ordered = handshake.ORDERED
-        # The workers' shared doorbell to a sleeping parent (handshake.py): (reader, writer).
-        self._ring_reader, self._ring_writer = self._ctx.Pipe(duplex=False)
-        self._hs = ParentSide(self._buffers.control(), self.num_workers, self._ring_reader,
-                              self.spin_s, self._ordered)
-        self._procs, self._conns = self._start()
-        # The finalizer holds these lists themselves: a restart replaces entries in place.
-        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, 1.0,
-                                           [self._ring_reader, self._ring_writer])
+        self._meter = Meter()  # stats(): our timers and the phases of code built on us
+        ordered = handshake.ORDERED  # read once: tests force the unordered protocol through it
+        self._pool = WorkerPool(self.config, self._buffers, ordered)
+        self._states = self._pool.states
+        self._channel = StepChannel(self.config, self._buffers, self._pool, ordered)
+        self._restarts = Restarts(self.config, self._pool, self._channel)
+        #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
+        self.restart_log = self._restarts.log
         self._closed = False
-        self._await_ready()
+        try:
+            self._pool.start()
+        except BaseException:
+            self.close()
+            raise
         signals.register(self)
-
-    # --- construction --------------------------------------------------------------------------
-
-    def _bounds(self, worker: int) -> tuple[int, int]:
-        lo = worker * self.envs_per_worker
-        return lo, lo + self.envs_per_worker
 
     def worker_env_ids(self, worker: int) -> range:
         """The global env ids stepped by ``worker`` (a contiguous block)."""
-        return range(*self._bounds(self._check_index(worker)))
+        return range(*self.config.bounds(self._states.index(worker, self._closed)))
+
+    def handshake_state(self) -> HandshakeState:
+        """A copy of the step handshake's counters per worker, and whether stores are ordered."""
+        return self._channel.snapshot()
 
     def worker_pids(self) -> list[int]:
         """The workers' process ids, in worker order; a restarted worker has a new one."""
         self._check_open()
-        return [int(proc.pid) for proc in self._procs]
-
-    def _start(self) -> tuple[list[Any], list[Connection]]:
-        procs: list[Any] = []
-        conns: list[Connection] = []
-        for w in range(self.num_workers):
-            try:
-                proc, conn = self._spawn(w, conns)
-            except errors.EnvFactoryError:
-                _shutdown(procs, conns, 1.0, [self._ring_reader, self._ring_writer])
-                raise
-            procs.append(proc)
-            conns.append(conn)
-        return procs, conns
-
-    def _spawn(self, w: int, others: list[Connection]) -> tuple[Any, Connection]:
-        """Starts worker ``w`` (at construction or as a restart); returns (process, pipe end)."""
-        lo, hi = self._bounds(w)
-        parent_end, child_end = self._ctx.Pipe(duplex=True)
-        spec = WorkerSpec(
-            index=w,
-            env_fns=self._fns[lo:hi],
-            env_offset=lo,
-            buffers=self._buffers,
-            autoreset_mode=self.autoreset_mode,
-            infos=self._infos,
-            threads=self._threads,
-            cpu_affinity=self._affinity[w],
-            parent_pid=os.getpid(),
-            spin_s=self.spin_s,
-            ring_writer=self._ring_writer,
-            ordered=self._ordered,
-            inherited_conns=(
-                [*others, parent_end, self._ring_reader] if self.context == "fork" else []
-            ),
-        )
-        # daemon=True: if the parent exits normally without close(), multiprocessing
-        # terminates the workers instead of waiting on them forever at interpreter exit.
-        proc = self._ctx.Process(
-            target=worker_main, args=(spec, child_end), daemon=True,
-            name=f"vecsample-worker-{w}",
-        )
-        try:
-            proc.start()
-        except Exception as exc:
-            parent_end.close()
-            raise _pickle_error(exc, self.context) from exc
-        finally:
-            child_end.close()  # only the worker holds it now, so its death reads as EOF here
-        return proc, parent_end
-
-    def _await_ready(self) -> None:
-        try:
-            for w in range(self.num_workers):
-                self._states[w] = WorkerState.BUSY
-            limit = None if self.deadline is None else max(self.deadline, STARTUP_DEADLINE)
-            replies = self._gather(range(self.num_workers), "BUILD", limit)
-        except errors.WorkerError as exc:
-            self.close()
-            raise errors.EnvFactoryError(
-                f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
-            ) from exc
-        except BaseException:
-            self.close()
-            raise
-        assert all(tag is Reply.READY for tag, _ in replies.values())
+        return self._pool.pids()
 
     # --- the hot path ----------------------------------------------------------------------------
 
-    def step_send(self, worker: int, actions: Any) -> None:
+    def step_send(self, worker: int, actions: Actions) -> None:
         """Writes ``worker``'s actions (envs_per_worker rows) to shared memory and starts it."""
         start = time.perf_counter()
-        w = self._check_index(worker)
+        w = self._states.index(worker, self._closed)
         self._expect_idle(w, "step_send")
-        parts = self._check_actions(actions, self.envs_per_worker)
-        for view, part in zip(self._views[w].action_leaves, parts, strict=True):
-            np.copyto(view, part, casting="same_kind")
-        self._send_step(w)
-        self._ring((w,))
-        self._timers["send_s"] += time.perf_counter() - start
-
-    def _send_step(self, w: int) -> None:
-        """Posts worker ``w``'s step; ``_ring`` must follow (one fence covers many posts)."""
-        if self._flagged[w]:  # a restart's flags last until the worker's next step
-            self._clear_restart_flags(w)
-        self._hs.post(w)
-        self._states[w] = WorkerState.STEPPING
-
-    def _ring(self, workers: Sequence[int]) -> None:
-        """Wakes those of ``workers`` that sleep on their pipe (handshake.py)."""
-        handshake.fence()
-        for w in workers:
-            if not self._hs.wants_ring(w):
-                continue
-            try:
-                self._conns[w].send_bytes(DOORBELL)
-            except OSError as exc:
-                self._states[w] = WorkerState.DEAD
-                raise self._died(w, "STEP", []) from exc
+        self._actions.write(actions, self._channel.views[w].action_leaves, self.envs_per_worker)
+        self._channel.post(w)
+        self._channel.ring((w,))
+        self._meter.timers["send_s"] += time.perf_counter() - start
 
     def step_recv(
         self, timeout: float | None = None, *, deadline: float | None = None, copy: bool = False
@@ -270,39 +188,37 @@ class VecSampler:
         results received so far; the hung workers stay pending.
         """
         self._check_open()
-        pending = [w for w, s in enumerate(self._states) if s is WorkerState.STEPPING]
+        pending = self._states.stepping()
         if not pending:
             raise errors.NoPendingError()
-        window = _check_deadline(timeout, "timeout")
-        limit = self.deadline if deadline is None else _check_deadline(deadline, "deadline")
-        return self._recv(pending, window, limit, copy)
+        timeout = check_seconds(timeout, "timeout")
+        deadline = self.deadline if deadline is None else check_seconds(deadline, "deadline")
+        return self._recv(pending, timeout, deadline, copy)
 
-    def _recv(self, pending: list[int], window: float | None, limit: float | None,
+    def _recv(self, pending: list[int], timeout: float | None, deadline: float | None,
               copy: bool) -> list[StepResult]:
         """step_recv once its arguments are checked (step() knows them already)."""
         start = time.perf_counter()
-        results = self._collect_or_restart(pending, window, limit, copy)
-        self._timers["wait_s"] += time.perf_counter() - start
-        self._timers["recvs"] += 1
-        self._timers["workers_received"] += len(results)
+        results = self._restarts.collect(pending, timeout, deadline, copy)
+        self._meter.timers["wait_s"] += time.perf_counter() - start
+        self._meter.timers["recvs"] += 1
+        self._meter.timers["workers_received"] += len(results)
         return results
 
-    def send_all(self, actions: Any) -> None:
+    def send_all(self, actions: Actions) -> None:
         """Writes ``actions`` (num_envs rows) to shared memory and starts every worker."""
         start = time.perf_counter()
         self._expect_all_idle("send_all")
-        parts = self._check_actions(actions, self.num_envs)
-        for view, part in zip(self._all.action_leaves, parts, strict=True):
-            np.copyto(view, part, casting="same_kind")
+        self._actions.write(actions, self._channel.all_views.action_leaves, self.num_envs)
         for w in range(self.num_workers):
-            self._send_step(w)
-        self._ring(range(self.num_workers))
-        self._timers["send_s"] += time.perf_counter() - start
+            self._channel.post(w)
+        self._channel.ring(range(self.num_workers))
+        self._meter.timers["send_s"] += time.perf_counter() - start
 
-    def step(self, actions: Any, *, copy: bool = False) -> StepResult:
+    def step(self, actions: Actions, *, copy: bool = False) -> StepResult:
         """Sends every worker its rows of ``actions`` and waits for the full batch."""
         self.send_all(actions)
-        if self.spin_s > 0:
+        if self.config.spin_s > 0:
             # The parent only waits now: handing its core over at once lets the worker that
             # shares it start its envs without waiting for step_recv's bookkeeping.
             os.sched_yield()
@@ -310,192 +226,18 @@ class VecSampler:
 
     def batch(self, results: Sequence[StepResult] = (), *, copy: bool = False) -> StepResult:
         """Every env's current data as one StepResult, with the infos of ``results`` merged."""
-        merged = self._result(None, self._all, range(self.num_envs), copy)
+        merged = self._channel.result_of(None, copy)
         for r in results:
             merged.infos.update(r.infos)
             merged.reset_infos.update(r.reset_infos)
         return merged
 
-    def _collect(
-        self, pending: list[int], window: float | None, limit: float | None, copy: bool
-    ) -> list[StepResult]:
-        results: list[StepResult] = []
-        waiting = set(pending)
-        deadline_at = None if limit is None else time.monotonic() + limit
-        window_end: float | None = None
-        while waiting:
-            ready = self._hs.ready(waiting)
-            if ready:
-                for w in sorted(ready):
-                    waiting.discard(w)
-                    results.append(self._read_step(w, copy, results))
-                if window is not None and window_end is None:
-                    window_end = time.monotonic() + window
-                continue
-            now = time.monotonic()
-            if window_end is not None and now >= window_end:
-                break
-            if deadline_at is not None and now >= deadline_at:
-                raise errors.DeadlineExceededError(hung_workers=sorted(waiting), deadline=limit,
-                                                   results=results)
-            until = _earliest(deadline_at, window_end)
-            sentinels = {self._procs[w].sentinel: w for w in waiting}
-            dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
-            self._check_dead(dead, results)
-        return results
-
-    def _check_dead(self, dead: list[int], results: list[StepResult]) -> None:
-        # Data before death: a worker that finished its step and then died still delivers it.
-        finished = self._hs.ready(dead)
-        for w in dead:
-            if w not in finished:
-                self._states[w] = WorkerState.DEAD
-                raise self._died(w, "STEP", results)
-
-    def _wait_any(self, waiting: dict[Connection, int], timeout: float | None) -> list[Any]:
-        """The pipes and sentinels of ``waiting`` workers that are ready within ``timeout``."""
-        handles = [*waiting, *(self._procs[w].sentinel for w in waiting.values())]
-        return _wait(handles, None if timeout is None else max(0.0, timeout))
-
-    def _dead_in(self, ready: list[Any]) -> set[int]:
-        sentinels = {p.sentinel: w for w, p in enumerate(self._procs)}
-        return {sentinels[r] for r in ready if isinstance(r, int) and r in sentinels}
-
-    def _read_step(self, w: int, copy: bool, results: list[StepResult]) -> StepResult:
-        records = None
-        if self._hs.received(w) == REPLY_MESSAGE:
-            try:
-                message = self._conns[w].recv_bytes()
-            except (EOFError, OSError) as exc:
-                self._states[w] = WorkerState.DEAD
-                raise self._died(w, "STEP", results) from exc
-            tag, payload = pickle.loads(message)
-            if tag is Reply.ERROR:
-                self._states[w] = WorkerState.FAILED
-                raise _worker_error(w, payload, results)
-            records = payload
-        self._states[w] = WorkerState.IDLE
-        result = self._result(w, self._views[w], range(*self._bounds(w)), copy)
-        self._add_infos(result, records)
-        return result
-
-    def _result(self, w: int | None, v: Views, env_ids: range, copy: bool) -> StepResult:
-        if copy:
-            return StepResult(
-                w, env_ids, copy_tree(v.obs), v.rewards.copy(), v.terminated.copy(),
-                v.truncated.copy(), copy_tree(v.final_obs), v.has_final_obs.copy(),
-                v.restarted.copy(),
-            )
-        return StepResult(
-            w, env_ids, v.obs, v.rewards, v.terminated, v.truncated, v.final_obs,
-            v.has_final_obs, v.restarted,
-        )
-
-    @staticmethod
-    def _add_infos(result: StepResult, records: Any) -> None:
-        if not records:
-            return
-        offset = result.env_ids.start
-        for j, info, reset_info in records:
-            if info:
-                result.infos[offset + j] = info
-            if reset_info is not None:
-                result.reset_infos[offset + j] = reset_info
-
-    # --- restart (docs/reliability.md) -----------------------------------------------------------
-
-    def _collect_or_restart(
-        self, pending: list[int], window: float | None, limit: float | None, copy: bool
-    ) -> list[StepResult]:
-        """``_collect``, but with ``restart`` on a worker that died, raised or hung is respawned
-        and returned as a result whose envs are flagged restarted and truncated."""
-        if not self.restart:
-            return self._collect(pending, window, limit, copy)
-        results: list[StepResult] = []
-        deadline_at = None if limit is None else time.monotonic() + limit
-        while pending:
-            remaining = None if deadline_at is None else max(0.0, deadline_at - time.monotonic())
-            try:
-                return results + self._collect(pending, window, remaining, copy)
-            except errors.DeadlineExceededError as exc:
-                results += exc.results
-                for w in exc.hung_workers:
-                    results.append(self._restart(w, "hung past the deadline", exc, results, copy))
-                return results
-            except errors.WorkerError as exc:
-                results += exc.results
-                results.append(self._restart(exc.worker, exc.reason, exc, results, copy))
-            if window is not None:  # a partial batch: the restarted worker is enough
-                return results
-            pending = [w for w in pending if self._states[w] is WorkerState.STEPPING]
-        return results
-
-    def _restart(
-        self, w: int, reason: str, cause: BaseException, results: list[Any], copy: bool
-    ) -> StepResult:
-        """Respawns worker ``w`` in place and returns its flagged result; the others' rows are
-        never touched. Raises RestartLimitError past ``max_restarts``."""
-        if len(self.restart_log) >= self.max_restarts:
-            self._states[w] = WorkerState.FAILED
-            raise errors.RestartLimitError(
-                worker=w, reason=reason, history=self.restart_log,
-                max_restarts=self.max_restarts, env=getattr(cause, "env", None),
-                remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
-            ) from cause
-        self.restart_log.append((w, reason))
-        reset_infos = self._respawn(w)
-        result = self._result(w, self._views[w], self.worker_env_ids(w), copy)
-        lo = self._bounds(w)[0]
-        for j, info in reset_infos:
-            result.reset_infos[lo + j] = info
-            result.infos[lo + j] = {"restart_reason": reason}
-        return result
-
-    def _respawn(self, w: int) -> list[tuple[int, dict[str, Any]]]:
-        """Kills what is left of worker ``w``, starts a fresh one on a fresh pipe (so no stale
-        reply can ever be read), re-seeds its envs and flags their rows."""
-        _shutdown([self._procs[w]], [self._conns[w]], 0.0)
-        self._hs.reset_worker(w)
-        others = [c for i, c in enumerate(self._conns) if i != w]
-        self._procs[w], self._conns[w] = self._spawn(w, others)
-        self._states[w] = WorkerState.BUSY
-        limit = None if self.deadline is None else max(self.deadline, STARTUP_DEADLINE)
-        self._gather([w], "BUILD", limit)
-        lo, hi = self._bounds(w)
-        restarts = sum(1 for worker, _ in self.restart_log if worker == w)
-        seeds = [restart_seed(stream, restarts) for stream in self._streams[lo:hi]]
-        self._conns[w].send_bytes(_dumps(Command.RESET, (seeds, None, None)))
-        self._states[w] = WorkerState.BUSY
-        _, reply = self._gather([w], "RESET", self.deadline)[w]
-        v = self._views[w]
-        v.rewards[:] = 0.0
-        v.terminated[:] = False
-        v.has_final_obs[:] = False
-        v.truncated[:] = True
-        v.restarted[:] = True
-        self._flagged[w] = True
-        return list(reply)
-
-    def _clear_restart_flags(self, w: int) -> None:
-        self._views[w].restarted[:] = False
-        self._flagged[w] = False
-
-    def _heal(self, w: int) -> None:
-        """With ``restart`` on, a worker left failed or dead by a synchronous call is respawned
-        before its next use (its envs flagged like any restart)."""
-        cause = errors.WorkerLostError(call="heal", worker=w, state=self._states[w].value)
-        self._restart(w, f"was {self._states[w].value} after a synchronous call", cause, [], False)
-        self._states[w] = WorkerState.IDLE
-
     # --- synchronous commands --------------------------------------------------------------------
 
     def reset(
-        self,
-        seed: SeedArg = None,
-        options: dict[str, Any] | None = None,
-        *,
+        self, seed: SeedArg = None, options: dict[str, Any] | None = None, *,
         mask: np.ndarray | None = None,
-    ) -> tuple[Any, list[dict[str, Any]]]:
+    ) -> tuple[Any, Infos]:
         """Resets the envs (those in ``mask``, if given) and returns (obs views, infos).
 
         ``seed``: an int seeds env j with child j of ``SeedSequence(seed)``; a list gives each
@@ -503,34 +245,25 @@ class VecSampler:
         """
         self._expect_all_idle("reset")
         flags = _check_mask(mask, self.num_envs)
-        seeds = self._reset_seeds(seed)
+        seeds = self._restarts.seeds_for_reset(seed)
         workers = [w for w in range(self.num_workers)
-                   if flags is None or flags[slice(*self._bounds(w))].any()]
+                   if flags is None or flags[slice(*self.config.bounds(w))].any()]
 
-        def payload(w: int) -> Any:
-            lo, hi = self._bounds(w)
+        def payload(w: int) -> object:
+            lo, hi = self.config.bounds(w)
             return seeds[lo:hi], options, None if flags is None else flags[lo:hi]
 
-        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        infos: Infos = [{} for _ in range(self.num_envs)]
         for w, reply in self._request(Command.RESET, workers, payload).items():
             for j, info in reply:
-                infos[self._bounds(w)[0] + j] = info
-        return self._all.obs, infos
+                infos[self.config.bounds(w)[0] + j] = info
+        return self._channel.all_views.obs, infos
 
-    def _reset_seeds(self, seed: SeedArg) -> list[int | None]:
-        if seed is None:
-            seeds, self._seeds = self._seeds, [None] * self.num_envs
-            return seeds
-        seeds = resolve_seeds(seed, self.num_envs)
-        self._seeds = [None] * self.num_envs
-        self._streams = list(seeds)
-        return seeds
-
-    def reset_task(self, tasks: Sequence[Any]) -> None:
+    def reset_task(self, tasks: Sequence[object]) -> None:
         """Gives env j the task ``tasks[j]`` through ``env.unwrapped.reset_task``."""
         tasks = _per_env(tasks, self.num_envs, "tasks")
         self._request(Command.RESET_TASK, range(self.num_workers),
-                      lambda w: tasks[slice(*self._bounds(w))])
+                      lambda w: tasks[slice(*self.config.bounds(w))])
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Calls ``name`` on every env (or reads it, if not callable); one result per env."""
@@ -545,7 +278,7 @@ class VecSampler:
         replies = self._request(Command.GET_ATTR, range(self.num_workers), lambda w: name)
         return [x for w in range(self.num_workers) for x in replies[w]]
 
-    def set_attr(self, name: str, values: Any) -> None:
+    def set_attr(self, name: str, values: object) -> None:
         """Sets ``name`` on every env: a list gives one value per env, anything else is shared."""
         name = _check_name(name)
         if isinstance(values, (list, tuple)):
@@ -553,72 +286,12 @@ class VecSampler:
         else:
             per_env = [values] * self.num_envs
         self._request(Command.SET_ATTR, range(self.num_workers),
-                      lambda w: (name, per_env[slice(*self._bounds(w))]))
+                      lambda w: (name, per_env[slice(*self.config.bounds(w))]))
 
-    def _request(
-        self, command: Command, workers: Sequence[int], payload: Callable[[int], Any]
-    ) -> dict[int, Any]:
+    def _request(self, command: Command, workers: Sequence[int],
+                 payload: Callable[[int], object]) -> dict[int, Any]:
         self._expect_all_idle(command.name.lower())
-        # Build every message before sending any: a payload that fails to pickle must not leave
-        # some workers busy with a command whose replies nobody reads.
-        messages = {w: _dumps(command, payload(w)) for w in workers}
-        for w, message in messages.items():
-            try:
-                self._conns[w].send_bytes(message)
-            except OSError as exc:
-                self._states[w] = WorkerState.DEAD
-                raise self._died(w, command.name, []) from exc
-            self._states[w] = WorkerState.BUSY
-        replies = self._gather(workers, command.name, self.deadline)
-        return {w: payload_ for w, (_, payload_) in replies.items()}
-
-    def _gather(
-        self, workers: Sequence[int], command: str, limit: float | None
-    ) -> dict[int, tuple[Reply, Any]]:
-        replies: dict[int, tuple[Reply, Any]] = {}
-        failures: list[errors.WorkerError] = []
-        waiting = {self._conns[w]: w for w in workers}
-        deadline_at = None if limit is None else time.monotonic() + limit
-        while waiting:
-            remaining = None if deadline_at is None else deadline_at - time.monotonic()
-            ready = self._wait_any(waiting, remaining)
-            if not ready:
-                # A late reply must never be read as the answer to a later call: the silent
-                # workers are marked failed (restart respawns them on a fresh pipe).
-                for w in waiting.values():
-                    self._states[w] = WorkerState.FAILED
-                raise errors.DeadlineExceededError(
-                    hung_workers=sorted(waiting.values()), deadline=limit,
-                    fix="they are marked failed and must be restarted; raise `deadline` if the "
-                    "envs are just slow",
-                )
-            for w in sorted({waiting[c] for c in ready if c in waiting} | self._dead_in(ready)):
-                if w in waiting.values():
-                    del waiting[self._conns[w]]
-                    try:
-                        replies[w] = self._read_reply(w, command)
-                    except errors.WorkerError as exc:
-                        failures.append(exc)  # read the others' replies first: none goes stale
-        if failures:
-            raise failures[0]
-        return replies
-
-    def _read_reply(self, w: int, command: str) -> tuple[Reply, Any]:
-        conn = self._conns[w]
-        try:
-            if not conn.poll():
-                raise EOFError
-            message = conn.recv_bytes()
-        except (EOFError, OSError) as exc:
-            self._states[w] = WorkerState.DEAD
-            raise self._died(w, command, []) from exc
-        tag, payload = (Reply.OK, None) if message == OK_MESSAGE else pickle.loads(message)
-        assert isinstance(tag, Reply)
-        if tag is Reply.ERROR:
-            self._states[w] = WorkerState.FAILED
-            raise _worker_error(w, payload, [])
-        self._states[w] = WorkerState.IDLE
-        return tag, payload
+        return self._pool.request(command, workers, payload, self.deadline)
 
     # --- state checks ----------------------------------------------------------------------------
 
@@ -626,56 +299,22 @@ class VecSampler:
         if self._closed:
             raise errors.ClosedError(what="VecSampler")
 
-    def _check_index(self, worker: Any) -> int:
-        self._check_open()
-        if (isinstance(worker, bool) or not isinstance(worker, numbers.Integral)
-                or not 0 <= int(worker) < self.num_workers):
-            raise errors.WorkerIndexError(worker=worker, num_workers=self.num_workers)
-        return int(worker)
-
     def _expect_idle(self, w: int, call: str) -> None:
-        state = self._states[w]
-        if state is WorkerState.IDLE:
-            return
-        if self.restart and state in (WorkerState.FAILED, WorkerState.DEAD):
-            self._heal(w)
-            return
-        if state is WorkerState.STEPPING:
-            raise errors.WorkerBusyError(call=call, workers=[w], to_one=True)
-        raise errors.WorkerLostError(call=call, worker=w, state=state.value)
+        if self._states[w] is not WorkerState.IDLE:
+            self._restarts.heal([w])
+            self._states.expect_idle(w, call)
 
     def _expect_all_idle(self, call: str) -> None:
         self._check_open()
-        if self._states.count(WorkerState.IDLE) == self.num_workers:
-            return  # the hot path (every step() call): one C-level count
-        stepping = [w for w, s in enumerate(self._states) if s is WorkerState.STEPPING]
-        if stepping:
-            raise errors.WorkerBusyError(call=call, workers=stepping)
-        for w in range(self.num_workers):
-            self._expect_idle(w, call)
-
-    def _check_actions(self, actions: Any, batch: int) -> list[np.ndarray]:
-        if self._bare_action:  # the common case: one leaf, no Dict/Tuple to take apart
-            return [check_action_leaf(self._action_leaves[0], actions, batch,
-                                      self._action_bounds[0])]
-        parts = flatten(self.single_action_space, actions)
-        return [check_action_leaf(leaf, part, batch, bounds)
-                for leaf, part, bounds in zip(self._action_leaves, parts, self._action_bounds,
-                                              strict=True)]
-
-    def _died(self, w: int, command: str, results: list[StepResult]) -> errors.WorkerDiedError:
-        proc = self._procs[w]
-        proc.join(0.1)
-        return errors.WorkerDiedError(
-            worker=w, pid=proc.pid, exitcode=proc.exitcode, command=command,
-            env_ids=self.worker_env_ids(w), results=results,
-        )
+        if not self._states.all_idle():  # the hot path (every step() call): one C-level count
+            self._restarts.heal(self._states.lost())
+            self._states.expect_all_idle(call)
 
     # --- stats and lifetime ----------------------------------------------------------------------
 
     def add_phases(self, source: PhaseSource) -> None:
         """Adds ``source``'s phases (a ``PhaseTimer``, say) to the wall-time split of stats()."""
-        self._phase_sources.append(source)
+        self._meter.add_phases(source)
 
     def stats(self) -> dict[str, float]:
         """Totals since construction: env stepping (workers), send and wait (parent), plus
@@ -683,13 +322,7 @@ class VecSampler:
         (send, wait, and those of every source given to ``add_phases``), ``other`` and
         ``steps_per_s``."""
         counters = self._buffers.stats().sum(axis=0)
-        out = {name: float(counters[i]) for i, name in enumerate(STAT_FIELDS)}
-        out.update(self._timers)
-        # Totals and % of the wall time, with the phases that add_phases() registered.
-        own = {"send": out["send_s"], "wait": out["wait_s"]}
-        wall = time.perf_counter() - self._born
-        out.update(wall_split(merged_totals(self._phase_sources, own), wall, out["env_steps"]))
-        return out
+        return self._meter.report({name: float(counters[i]) for i, name in enumerate(STAT_FIELDS)})
 
     @property
     def closed(self) -> bool:
@@ -700,10 +333,8 @@ class VecSampler:
         if self._closed:
             return
         self._closed = True
-        self._states = [WorkerState.CLOSED] * self.num_workers
-        self._finalizer.detach()
         signals.unregister(self)
-        _shutdown(self._procs, self._conns, timeout, [self._ring_reader, self._ring_writer])
+        self._pool.close(timeout)
 
     def __enter__(self) -> VecSampler:
         return self
@@ -720,144 +351,9 @@ class VecSampler:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _shutdown(
-    procs: list[Any], conns: list[Connection], timeout: float, more: Sequence[Connection] = ()
-) -> None:
-    """Asks every worker to exit, then terminates and kills what is left, then closes the
-    pipes (``more``: the doorbell pipe's ends). Always returns."""
-    close_message = pickle.dumps((Command.CLOSE, None))
-    for conn in conns:
-        with contextlib.suppress(OSError, ValueError):  # already dead or closed: nothing to ask
-            conn.send_bytes(close_message)
-    started = [p for p in procs if p.pid is not None]
-    end = time.monotonic() + max(0.0, timeout)
-    for proc in started:
-        proc.join(max(0.0, end - time.monotonic()))
-    for proc in started:
-        _stop(proc)
-    for conn in [*conns, *more]:
-        conn.close()
-    for proc in started:
-        proc.close()
-
-
-def _stop(proc: Any) -> None:
-    """SIGTERM, then SIGKILL, a worker that did not exit when asked."""
-    if proc.is_alive():
-        proc.terminate()
-        proc.join(1.0)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-
-
-def _env_fns(
-    env_fns: Sequence[EnvFn] | str, num_envs: int | None, env_kwargs: dict[str, Any] | None
-) -> list[EnvFn]:
-    if isinstance(env_fns, str):
-        if num_envs is None or isinstance(num_envs, bool) or not isinstance(num_envs, int):
-            raise errors.ConfigError(
-                f"with an env id ({env_fns!r}) pass num_envs=<int>, got {num_envs!r}."
-            )
-        if num_envs < 1:
-            raise errors.ConfigError(f"num_envs must be >= 1, got {num_envs}.")
-        return [EnvMaker(env_fns, dict(env_kwargs or {}))] * num_envs
-    if env_kwargs:
-        raise errors.ConfigError("env_kwargs is only used with an env id; bind kwargs in env_fns.")
-    fns = list(env_fns)
-    if not fns:
-        raise errors.ConfigError("env_fns is empty; pass at least one env factory.")
-    bad = [i for i, fn in enumerate(fns) if not callable(fn)]
-    if bad:
-        raise errors.ConfigError(
-            f"env_fns[{bad[0]}] is {fns[bad[0]]!r}, not callable; pass factories such as "
-            f"functools.partial(gym.make, 'CartPole-v1'), not env instances."
-        )
-    if num_envs is not None and num_envs != len(fns):
-        raise errors.ConfigError(f"num_envs={num_envs} but {len(fns)} env_fns were given.")
-    return fns
-
-
-def _check_max_restarts(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
-        raise errors.ConfigError(
-            f"max_restarts must be an int >= 0 (restarts allowed over the sampler's life), "
-            f"got {value!r}."
-        )
-    return int(value)
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _check_workers(num_workers: Any, num_envs: int) -> int:
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise errors.ConfigError(f"num_workers must be an int >= 1, got {num_workers!r}.")
-    if num_envs % num_workers:
-        raise errors.ConfigError(
-            f"num_envs={num_envs} is not divisible by num_workers={num_workers}; choose "
-            f"num_workers from {_divisors(num_envs)}."
-        )
-    return num_workers
-
-
-def _check_mode(mode: AutoresetMode | str) -> AutoresetMode:
-    if isinstance(mode, AutoresetMode):
-        return mode
-    value = getattr(mode, "value", mode)  # accepts gymnasium's own AutoresetMode enum too
-    try:
-        return AutoresetMode(value)
-    except ValueError:
-        choices = [m.value for m in AutoresetMode]
-        raise errors.ConfigError(
-            f"autoreset_mode must be one of {choices}, got {mode!r}."
-        ) from None
-
-
-def _check_deadline(value: Any, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) >= 0:
-        raise errors.ConfigError(
-            f"{name} must be None or a number of seconds >= 0, got {value!r}."
-        )
-    return float(value)
-
-
-def _context(name: str) -> Any:
-    methods = mp.get_all_start_methods()
-    if name not in methods:
-        raise errors.ConfigError(f"context must be one of {methods}, got {name!r}.")
-    if name == "fork" and threading.active_count() > 1:
-        # Forking a multi-threaded parent can deadlock the child on a lock held by another
-        # thread; allowed because it is fast and often fine, but the user should know.
-        import warnings
-
-        warnings.warn("context='fork' with threads running in the parent can deadlock workers; "
-                      "prefer 'forkserver'.", RuntimeWarning, stacklevel=3)
-    return mp.get_context(name)
-
-
-def _affinity(value: Sequence[Sequence[int]] | bool | None, workers: int) -> list[list[int] | None]:
-    if value is None or value is False:
-        return [None] * workers
-    if value is True:
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        if not cores:
-            raise errors.ConfigError("cpu_affinity=True needs os.sched_getaffinity (Linux).")
-        return [[cores[w % len(cores)]] for w in range(workers)]
-    sets = [list(s) for s in value]
-    if len(sets) != workers:
-        raise errors.ConfigError(
-            f"cpu_affinity needs one core list per worker: expected {workers}, got {len(sets)}."
-        )
-    return [s for s in sets]
-
-
 def _probe_spaces(
-    env_fn: EnvFn, obs: gym.Space[Any] | None, act: gym.Space[Any] | None
-) -> tuple[gym.Space[Any], gym.Space[Any]]:
+    env_fn: EnvFn, obs: Space | None, act: Space | None
+) -> tuple[Space, Space]:
     if obs is None or act is None:
         try:
             env = env_fn()
@@ -872,102 +368,32 @@ def _probe_spaces(
         finally:
             env.close()
     leaves(obs)  # raises UnsupportedSpaceError naming the space
-    leaves(act)
     return obs, act
 
 
-def _pickle_error(exc: Exception, context: str) -> errors.EnvFactoryError:
-    return errors.EnvFactoryError(
-        f"could not start a worker with context={context!r}: {type(exc).__name__}: {exc}. "
-        f"Under spawn/forkserver every env factory must be picklable: define it at module top "
-        f"level or use functools.partial, not a lambda or local function (or use context='fork')."
-    )
-
-
-def _worker_error(w: int, report: object, results: list[StepResult]) -> errors.WorkerError:
-    assert isinstance(report, ErrorReport), report
-    return errors.WorkerError(
-        worker=w, env=report.env, command=report.command, exc_type=report.exc_type,
-        message=report.message, remote_traceback=report.traceback, results=results,
-    )
-
-
-def _dumps(command: Command, payload: Any) -> bytes:
-    try:
-        return pickle.dumps((command, payload), pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        raise errors.ConfigError(
-            f"the arguments of {command.name.lower()}() cannot be pickled to the workers: "
-            f"{type(exc).__name__}: {exc}. Pass plain data (numbers, arrays, dicts)."
-        ) from exc
-
-
-def _wait(objects: list[Any], timeout: float | None) -> list[Any]:
-    """``multiprocessing.connection.wait`` for pipes and sentinels, at a quarter of the cost.
-
-    ``wait`` builds a ``selectors`` object and registers every handle through it on each call:
-    ~12 µs for two workers (two pipes, two sentinels). A bare ``select.poll`` does the same in
-    ~3 µs (timeit, docs/benchmarks.md), with the same millisecond rounding of the timeout and
-    the same rule that any event (data, hang-up, error) makes a handle ready.
-    """
-    if not hasattr(select, "poll"):  # Windows
-        return wait(objects, timeout)
-    poller = select.poll()
-    by_fd: dict[int, Any] = {}
-    for obj in objects:
-        fd = obj if isinstance(obj, int) else obj.fileno()
-        by_fd[fd] = obj
-        poller.register(fd, select.POLLIN)
-    events = poller.poll(None if timeout is None else math.ceil(timeout * 1e3))
-    return [by_fd[fd] for fd, _ in events]
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask; all of them off Linux)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def _spin_seconds(spin_us: float | None, num_workers: int) -> float:
-    if spin_us is None:
-        # Without an affinity mask (off Linux) the cores we get are unknown: spin for a
-        # single worker only, rather than steal CPU from workers that may share a core.
-        cores = usable_cores() if hasattr(os, "sched_getaffinity") else 1
-        return AUTO_SPIN_US * 1e-6 if num_workers <= cores else 0.0
-    value = _check_deadline(spin_us, "spin_us")
-    return 0.0 if value is None else value * 1e-6
-
-
-def _earliest(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else min(a, b)
-
-
-def _check_mask(mask: Any, num_envs: int) -> np.ndarray | None:
+def _check_mask(mask: object, num_envs: int) -> np.ndarray | None:
     if mask is None:
         return None
     if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (num_envs,):
         got = f"{type(mask).__name__} {getattr(mask, 'dtype', '')} {getattr(mask, 'shape', '')}"
-        raise errors.ConfigError(
-            f"mask must be a numpy bool array of shape ({num_envs},), got {got.strip()}."
-        )
+        raise errors.ConfigError(name="mask", expected=f"a numpy bool array of shape "
+                                 f"({num_envs},)", got=got.strip())
     if not mask.any():
         raise errors.ConfigError("mask selects no env; set at least one entry to True.")
     return mask
 
 
-def _per_env(values: Sequence[Any], num_envs: int, name: str) -> list[Any]:
+def _per_env(values: Sequence[T], num_envs: int, name: str) -> list[T]:
     items = list(values)
     if len(items) != num_envs:
         raise errors.ConfigError(
-            f"{name} needs one entry per env: expected {num_envs}, got {len(items)}."
+            f"{name} needs one entry per env: expected {num_envs}, got {len(items)}; pass a "
+            f"list of {num_envs}."
         )
     return items
 
 
-def _check_name(name: Any) -> str:
+def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name:
-        raise errors.ConfigError(f"attribute name must be a non-empty str, got {name!r}.")
+        raise errors.ConfigError(name="attribute name", expected="a non-empty str", got=name)
     return name

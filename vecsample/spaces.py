@@ -8,12 +8,13 @@ pickling on every step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import singledispatch
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from gymnasium import spaces
 
 from vecsample.errors import (
@@ -22,6 +23,9 @@ from vecsample.errors import (
     ActionSpaceError,
     UnsupportedSpaceError,
 )
+
+#: Actions as a caller passes them: array-likes with one row per env, nested like the space.
+Actions = npt.ArrayLike | Mapping[str, "Actions"] | tuple["Actions", ...]
 
 SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple nesting those"
 
@@ -150,6 +154,30 @@ def check_action_leaf(
     if bounds is not None:
         bounds(arr)
     return arr
+
+
+class ActionWriter:
+    """Checks a batch of actions against the action space, then copies it to shared memory.
+
+    Every leaf is checked before any is written, so a rejected batch leaves nothing behind.
+    """
+
+    def __init__(self, space: spaces.Space[Any], check_bounds: bool) -> None:
+        self._space = space
+        self._leaves = leaves(space)
+        self._bounds = [bounds_checker(leaf) if check_bounds else None for leaf in self._leaves]
+        self._bare = len(self._leaves) == 1 and not self._leaves[0].path
+
+    def write(self, actions: Actions, views: list[np.ndarray], batch: int) -> None:
+        """Checks ``actions`` (``batch`` rows, nested like the space) and writes ``views``."""
+        if self._bare:  # the common case: one leaf, no Dict/Tuple to take apart
+            parts = [check_action_leaf(self._leaves[0], actions, batch, self._bounds[0])]
+        else:
+            parts = [check_action_leaf(leaf, part, batch, bounds) for leaf, part, bounds
+                     in zip(self._leaves, flatten(self._space, actions), self._bounds,
+                            strict=True)]
+        for view, part in zip(views, parts, strict=True):
+            np.copyto(view, part, casting="same_kind")
 
 
 def bounds_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:

@@ -8,6 +8,7 @@ without the core importing that code.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -16,6 +17,28 @@ class PhaseSource(Protocol):
     """Anything that reports seconds per named phase (``vecsample.train.profile.PhaseTimer``)."""
 
     def totals(self) -> dict[str, float]: ...
+
+
+class Meter:
+    """A sampler's own timers (send, wait, recv counts), its age, and the phases of its users."""
+
+    def __init__(self) -> None:
+        #: Added to on the hot path, so a plain dict: ``send_s``, ``wait_s``, ``recvs``,
+        #: ``workers_received``.
+        self.timers = {"send_s": 0.0, "wait_s": 0.0, "recvs": 0.0, "workers_received": 0.0}
+        self._born = time.perf_counter()
+        self._sources: list[PhaseSource] = []
+
+    def add_phases(self, source: PhaseSource) -> None:
+        self._sources.append(source)
+
+    def report(self, counters: Mapping[str, float]) -> dict[str, float]:
+        """``counters`` (the workers'), the timers, and the wall-time split of every phase."""
+        out = {**counters, **self.timers}
+        own = {"send": out["send_s"], "wait": out["wait_s"]}
+        wall = time.perf_counter() - self._born
+        out.update(wall_split(merged_totals(self._sources, own), wall, out["env_steps"]))
+        return out
 
 
 def wall_split(totals: Mapping[str, float], wall: float, steps: float) -> dict[str, float]:

@@ -1,0 +1,292 @@
+"""``WorkerPool``: the worker processes and their pipes, and the command RPC over those pipes.
+
+The pool starts every worker and waits for its envs to be built, respawns one in place (a fresh
+process on a fresh pipe, so no stale reply is ever read), shuts them all down, and runs the
+synchronous commands (reset, call, ...): send one pickled ``(Command, payload)`` per worker,
+then read one reply per worker. Steps do not go through here: they travel through shared memory
+(``handshake.py``), driven by ``VecSampler``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import pickle
+import select
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from vecsample import errors
+from vecsample.config import STARTUP_DEADLINE, SamplerConfig
+from vecsample.protocol import OK_MESSAGE, Command, ErrorReport, Reply, WorkerState, WorkerStates
+from vecsample.results import StepResult
+from vecsample.shm import SharedBuffers
+from vecsample.worker import WorkerSpec, worker_main
+
+
+class WorkerPool:
+    """The workers of one sampler: their processes, pipes and states."""
+
+    def __init__(self, config: SamplerConfig, buffers: SharedBuffers, ordered: bool) -> None:
+        self.config = config
+        self.states = WorkerStates(config.num_workers)
+        self._buffers = buffers
+        self._ordered = ordered
+        self._ctx: Any = mp.get_context(config.context)  # typeshed: BaseContext lacks Process
+        # The workers' shared doorbell to a sleeping parent (handshake.py): (reader, writer).
+        self.ring_reader, self.ring_writer = self._ctx.Pipe(duplex=False)
+        self.procs: list[BaseProcess] = []
+        self.conns: list[Connection] = []
+        # The finalizer holds these lists themselves: a respawn replaces entries in place.
+        self._finalizer = weakref.finalize(self, shutdown, self.procs, self.conns, 1.0,
+                                           [self.ring_reader, self.ring_writer])
+
+    # --- lifetime --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts every worker and waits until all have built their envs."""
+        for w in range(self.config.num_workers):
+            proc, conn = self._spawn(w)  # EnvFactoryError: the caller closes the pool
+            self.procs.append(proc)
+            self.conns.append(conn)
+        try:
+            self._await_built(range(self.config.num_workers))
+        except errors.WorkerError as exc:
+            raise errors.EnvFactoryError(
+                f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
+            ) from exc
+
+    def _await_built(self, workers: Sequence[int]) -> None:
+        for w in workers:
+            self.states.transition(w, WorkerState.BUSY)
+        limit = self.config.deadline
+        replies = self.gather(workers, "BUILD", None if limit is None
+                              else max(limit, STARTUP_DEADLINE))
+        assert all(tag is Reply.READY for tag, _ in replies.values())
+
+    def stop(self, w: int) -> None:
+        """Kills what is left of worker ``w`` (before ``respawn``) and closes its pipe."""
+        shutdown([self.procs[w]], [self.conns[w]], 0.0)
+
+    def respawn(self, w: int) -> None:
+        """Starts a fresh worker ``w`` on a fresh pipe, after ``stop(w)``, and builds its envs."""
+        self.procs[w], self.conns[w] = self._spawn(w)
+        self._await_built([w])
+
+    def _spawn(self, w: int) -> tuple[BaseProcess, Connection]:
+        lo, hi = self.config.bounds(w)
+        parent_end, child_end = self._ctx.Pipe(duplex=True)
+        others = [c for i, c in enumerate(self.conns) if i != w]
+        affinity = self.config.cpu_affinity[w]
+        spec = WorkerSpec(
+            index=w, env_fns=self.config.env_fns[lo:hi], env_offset=lo, buffers=self._buffers,
+            autoreset_mode=self.config.autoreset_mode, infos=self.config.infos,
+            threads=self.config.threads_per_worker,
+            cpu_affinity=None if affinity is None else list(affinity), parent_pid=os.getpid(),
+            spin_s=self.config.spin_s, ring_writer=self.ring_writer, ordered=self._ordered,
+            inherited_conns=([*others, parent_end, self.ring_reader]
+                             if self.config.context == "fork" else []),
+        )
+        # daemon=True: if the parent exits normally without close(), multiprocessing
+        # terminates the workers instead of waiting on them forever at interpreter exit.
+        proc = self._ctx.Process(target=worker_main, args=(spec, child_end), daemon=True,
+                                 name=f"vecsample-worker-{w}")
+        try:
+            proc.start()
+        except Exception as exc:
+            parent_end.close()
+            raise _pickle_error(exc, self.config.context) from exc
+        finally:
+            child_end.close()  # only the worker holds it now, so its death reads as EOF here
+        return proc, parent_end
+
+    def pids(self) -> list[int]:
+        return [int(proc.pid or 0) for proc in self.procs]
+
+    def sentinel(self, w: int) -> int:
+        return self.procs[w].sentinel
+
+    def close(self, timeout: float) -> None:
+        """Stops every worker, terminating those not gone within ``timeout``. Idempotent."""
+        if self._finalizer.detach() is None:
+            return
+        self.states.close_all()
+        shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer])
+
+    # --- errors ----------------------------------------------------------------------------------
+
+    def died(self, w: int, command: str, results: list[StepResult]) -> errors.WorkerDiedError:
+        """Marks worker ``w`` dead; the error to raise, naming its pid, exit code and envs."""
+        self.states.transition(w, WorkerState.DEAD)
+        proc = self.procs[w]
+        proc.join(0.1)
+        return errors.WorkerDiedError(
+            worker=w, pid=proc.pid, exitcode=proc.exitcode, command=command,
+            env_ids=range(*self.config.bounds(w)), results=results,
+        )
+
+    def failed(self, w: int, report: object, results: list[StepResult]) -> errors.WorkerError:
+        """Marks worker ``w`` failed; the error to raise, with the remote traceback."""
+        assert isinstance(report, ErrorReport), report
+        self.states.transition(w, WorkerState.FAILED)
+        return errors.WorkerError(
+            worker=w, env=report.env, command=report.command, exc_type=report.exc_type,
+            message=report.message, remote_traceback=report.traceback, results=results,
+        )
+
+    # --- the command RPC -------------------------------------------------------------------------
+
+    def request(
+        self, command: Command, workers: Sequence[int], payload: Callable[[int], Any],
+        limit: float | None,
+    ) -> dict[int, Any]:
+        """Sends ``command`` with ``payload(w)`` to each of ``workers``; their replies by worker."""
+        # Build every message before sending any: a payload that fails to pickle must not leave
+        # some workers busy with a command whose replies nobody reads.
+        messages = {w: _dumps(command, payload(w)) for w in workers}
+        for w, message in messages.items():
+            try:
+                self.conns[w].send_bytes(message)
+            except OSError as exc:
+                raise self.died(w, command.name, []) from exc
+            self.states.transition(w, WorkerState.BUSY)
+        replies = self.gather(workers, command.name, limit)
+        return {w: payload_ for w, (_, payload_) in replies.items()}
+
+    def gather(
+        self, workers: Sequence[int], command: str, limit: float | None
+    ) -> dict[int, tuple[Reply, Any]]:
+        """One reply from each of ``workers``, all read before the first failure is raised."""
+        replies: dict[int, tuple[Reply, Any]] = {}
+        failures: list[errors.WorkerError] = []
+        waiting = {self.conns[w]: w for w in workers}
+        deadline_at = None if limit is None else time.monotonic() + limit
+        while waiting:
+            remaining = None if deadline_at is None else deadline_at - time.monotonic()
+            ready = self._wait_any(waiting, remaining)
+            if not ready:
+                raise self._silent(sorted(waiting.values()), limit)
+            for w in sorted({waiting[c] for c in ready if c in waiting} | self._dead_in(ready)):
+                if w in waiting.values():
+                    del waiting[self.conns[w]]
+                    try:
+                        replies[w] = self._read_reply(w, command)
+                    except errors.WorkerError as exc:
+                        failures.append(exc)  # read the others' replies first: none goes stale
+        if failures:
+            raise failures[0]
+        return replies
+
+    def _silent(self, workers: list[int], limit: float | None) -> errors.DeadlineExceededError:
+        # A late reply must never be read as the answer to a later call: the silent workers
+        # are marked failed (a restart respawns them on a fresh pipe).
+        for w in workers:
+            self.states.transition(w, WorkerState.FAILED)
+        return errors.DeadlineExceededError(
+            hung_workers=workers, deadline=limit,
+            fix="they are marked failed and must be restarted; raise `deadline` if the envs "
+            "are just slow",
+        )
+
+    def _wait_any(self, waiting: dict[Connection, int], timeout: float | None) -> list[Any]:
+        """The pipes and sentinels of ``waiting`` workers that are ready within ``timeout``."""
+        handles = [*waiting, *(self.procs[w].sentinel for w in waiting.values())]
+        return wait_handles(handles, None if timeout is None else max(0.0, timeout))
+
+    def _dead_in(self, ready: list[Any]) -> set[int]:
+        sentinels = {p.sentinel: w for w, p in enumerate(self.procs)}
+        return {sentinels[r] for r in ready if isinstance(r, int) and r in sentinels}
+
+    def _read_reply(self, w: int, command: str) -> tuple[Reply, Any]:
+        conn = self.conns[w]
+        try:
+            if not conn.poll():
+                raise EOFError
+            message = conn.recv_bytes()
+        except (EOFError, OSError) as exc:
+            raise self.died(w, command, []) from exc
+        tag, payload = (Reply.OK, None) if message == OK_MESSAGE else pickle.loads(message)
+        assert isinstance(tag, Reply)
+        if tag is Reply.ERROR:
+            raise self.failed(w, payload, [])
+        self.states.transition(w, WorkerState.IDLE)
+        return tag, payload
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def shutdown(
+    procs: list[BaseProcess], conns: list[Connection], timeout: float,
+    more: Sequence[Connection] = (),
+) -> None:
+    """Asks every worker to exit, then terminates and kills what is left, then closes the
+    pipes (``more``: the doorbell pipe's ends). Always returns."""
+    close_message = pickle.dumps((Command.CLOSE, None))
+    for conn in conns:
+        with contextlib.suppress(OSError, ValueError):  # already dead or closed: nothing to ask
+            conn.send_bytes(close_message)
+    started = [p for p in procs if p.pid is not None]
+    end = time.monotonic() + max(0.0, timeout)
+    for proc in started:
+        proc.join(max(0.0, end - time.monotonic()))
+    for proc in started:
+        _stop(proc)
+    for conn in [*conns, *more]:
+        conn.close()
+    for proc in started:
+        proc.close()
+
+
+def _stop(proc: BaseProcess) -> None:
+    """SIGTERM, then SIGKILL, a worker that did not exit when asked."""
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(1.0)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+
+
+def _pickle_error(exc: Exception, context: str) -> errors.EnvFactoryError:
+    return errors.EnvFactoryError(
+        f"could not start a worker with context={context!r}: {type(exc).__name__}: {exc}. "
+        f"Under spawn/forkserver every env factory must be picklable: define it at module top "
+        f"level or use functools.partial, not a lambda or local function (or use context='fork')."
+    )
+
+
+def _dumps(command: Command, payload: Any) -> bytes:
+    try:
+        return pickle.dumps((command, payload), pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise errors.ConfigError(
+            f"the arguments of {command.name.lower()}() cannot be pickled to the workers: "
+            f"{type(exc).__name__}: {exc}. Pass plain data (numbers, arrays, dicts)."
+        ) from exc
+
+
+def wait_handles(objects: list[Any], timeout: float | None) -> list[Any]:
+    """``multiprocessing.connection.wait`` for pipes and sentinels, at a quarter of the cost.
+
+    ``wait`` builds a ``selectors`` object and registers every handle through it on each call:
+    ~12 µs for two workers (two pipes, two sentinels). A bare ``select.poll`` does the same in
+    ~3 µs (timeit, docs/benchmarks.md), with the same millisecond rounding of the timeout and
+    the same rule that any event (data, hang-up, error) makes a handle ready.
+    """
+    if not hasattr(select, "poll"):  # Windows
+        return wait(objects, timeout)
+    poller = select.poll()
+    by_fd: dict[int, Any] = {}
+    for obj in objects:
+        fd = obj if isinstance(obj, int) else obj.fileno()
+        by_fd[fd] = obj
+        poller.register(fd, select.POLLIN)
+    events = poller.poll(None if timeout is None else math.ceil(timeout * 1e3))
+    return [by_fd[fd] for fd, _ in events]

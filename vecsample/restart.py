@@ -1,0 +1,115 @@
+"""``Restarts``: the restart policy (``restart=True``), on top of the step channel and the pool.
+
+A worker that died, raised or hung is respawned in place: a fresh process on a fresh pipe (no
+stale reply can be read), its envs rebuilt and reset with seeds drawn from each env's own stream
+(``seeding.restart_seed``), and their rows flagged ``restarted`` and truncated. The respawned
+worker comes back as a result of the call that saw it fail, so the caller's loop goes on. Past
+``max_restarts`` the failure is raised as RestartLimitError. See docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vecsample import errors
+from vecsample.config import SamplerConfig
+from vecsample.pool import WorkerPool
+from vecsample.protocol import Command, WorkerState
+from vecsample.results import StepResult
+from vecsample.seeding import SeedArg, env_seeds, resolve_seeds, restart_seed
+from vecsample.stepping import StepChannel
+
+
+class Restarts:
+    """Collects steps, respawning failed workers when the sampler was built with restart."""
+
+    def __init__(self, config: SamplerConfig, pool: WorkerPool, channel: StepChannel) -> None:
+        self._config = config
+        self._pool = pool
+        self._channel = channel
+        #: Each env's own seed stream, for re-seeding restarts (reset(seed=...) replaces it).
+        self.streams = env_seeds(config.seed, config.num_envs)
+        self._first_seeds: list[int | None] = list(self.streams)  # used by the first reset
+        #: Every restart so far, oldest first: (worker, reason).
+        self.log: list[tuple[int, str]] = []
+
+    def collect(self, pending: list[int], timeout: float | None, deadline: float | None,
+                copy: bool) -> list[StepResult]:
+        """``StepChannel.collect``, but with restart on a worker that died, raised or hung is
+        respawned and returned as a result whose envs are flagged restarted and truncated."""
+        if not self._config.restart:
+            return self._channel.collect(pending, timeout, deadline, copy)
+        results: list[StepResult] = []
+        deadline_at = None if deadline is None else time.monotonic() + deadline
+        while pending:
+            remaining = None if deadline_at is None else max(0.0, deadline_at - time.monotonic())
+            try:
+                return results + self._channel.collect(pending, timeout, remaining, copy)
+            except errors.DeadlineExceededError as exc:
+                results += exc.results
+                for w in exc.hung_workers:
+                    results.append(self._restart(w, "hung past the deadline", exc, results, copy))
+                return results
+            except errors.WorkerError as exc:
+                results += exc.results
+                results.append(self._restart(exc.worker, exc.reason, exc, results, copy))
+            if timeout is not None:  # a partial batch: the restarted worker is enough
+                return results
+            pending = [w for w in pending if self._pool.states[w] is WorkerState.STEPPING]
+        return results
+
+    def seeds_for_reset(self, seed: SeedArg) -> list[int | None]:
+        """The seeds of a ``reset(seed)``: None gives the constructor's seed once, then none;
+        a new seed also becomes the streams that later restarts draw from."""
+        if seed is None:
+            seeds, self._first_seeds = self._first_seeds, [None] * self._config.num_envs
+            return seeds
+        seeds = resolve_seeds(seed, self._config.num_envs)
+        self._first_seeds = [None] * self._config.num_envs
+        self.streams = list(seeds)
+        return seeds
+
+    def heal(self, workers: list[int]) -> None:
+        """With restart on, workers left failed or dead by a synchronous call are respawned
+        before their next use (their envs flagged like any restart)."""
+        if not self._config.restart:
+            return
+        for w in workers:
+            state = self._pool.states[w]
+            if state in (WorkerState.FAILED, WorkerState.DEAD):
+                cause = errors.WorkerLostError(call="heal", worker=w, state=state.value)
+                self._restart(w, f"was {state.value} after a synchronous call", cause, [], False)
+
+    def _restart(self, w: int, reason: str, cause: BaseException, results: list[StepResult],
+                 copy: bool) -> StepResult:
+        """Respawns worker ``w`` in place and returns its flagged result; the others' rows are
+        never touched. Raises RestartLimitError past ``max_restarts``."""
+        if len(self.log) >= self._config.max_restarts:
+            self._pool.states.transition(w, WorkerState.FAILED)
+            raise errors.RestartLimitError(
+                worker=w, reason=reason, history=self.log,
+                max_restarts=self._config.max_restarts, env=getattr(cause, "env", None),
+                remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
+            ) from cause
+        self.log.append((w, reason))
+        reset_infos = self._respawn(w)
+        result = self._channel.result_of(w, copy)
+        lo = self._config.bounds(w)[0]
+        for j, info in reset_infos:
+            result.reset_infos[lo + j] = info
+            result.infos[lo + j] = {"restart_reason": reason}
+        return result
+
+    def _respawn(self, w: int) -> list[tuple[int, dict[str, Any]]]:
+        """A fresh worker ``w`` with re-seeded envs and flagged rows; the reset infos."""
+        self._pool.stop(w)
+        self._channel.forget(w)  # after the old process is gone: nothing can write behind us
+        self._pool.respawn(w)
+        lo, hi = self._config.bounds(w)
+        restarts = sum(1 for worker, _ in self.log if worker == w)
+        seeds = [restart_seed(stream, restarts) for stream in self.streams[lo:hi]]
+        reply = self._pool.request(Command.RESET, [w], lambda _: (seeds, None, None),
+                                   self._config.deadline)[w]
+        self._channel.flag_restarted(w)
+        return list(reply)

@@ -1,0 +1,158 @@
+"""``StepChannel``: the parent's side of the step handshake, the hot path of every step.
+
+It posts a worker's step and wakes it if it sleeps (``post``, ``ring``), waits for finished
+steps, full or partial batch, within a deadline (``collect``), and turns a worker's rows of
+shared memory into a ``StepResult`` (``result_of``). The handshake itself, counters and
+doorbells, is in ``handshake.py``; the worker processes and their pipes are the pool's.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Sequence
+
+from vecsample import errors, handshake
+from vecsample.config import SamplerConfig
+from vecsample.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
+from vecsample.pool import WorkerPool
+from vecsample.protocol import InfoRecord, Reply, WorkerState
+from vecsample.results import StepResult
+from vecsample.shm import SharedBuffers, Views
+from vecsample.spaces import copy_tree
+
+
+class StepChannel:
+    """Posts, wakes and collects the steps of a pool's workers through shared memory."""
+
+    def __init__(self, config: SamplerConfig, buffers: SharedBuffers, pool: WorkerPool,
+                 ordered: bool) -> None:
+        self._config = config
+        self._pool = pool
+        self._states = pool.states
+        self._hs = ParentSide(buffers.control(), config.num_workers, pool.ring_reader,
+                              config.spin_s, ordered)
+        #: Views of every env's rows, and of each worker's block.
+        self.all_views: Views = buffers.views()
+        self.views = [buffers.views(*config.bounds(w)) for w in range(config.num_workers)]
+        self._flagged = [False] * config.num_workers  # restarted flags to clear on next send
+
+    def post(self, w: int) -> None:
+        """Posts worker ``w``'s step; ``ring`` must follow (one fence covers many posts)."""
+        if self._flagged[w]:  # a restart's flags last until the worker's next step
+            self.views[w].restarted[:] = False
+            self._flagged[w] = False
+        self._hs.post(w)
+        self._states.transition(w, WorkerState.STEPPING)
+
+    def ring(self, workers: Sequence[int]) -> None:
+        """Wakes those of ``workers`` that sleep on their pipe (handshake.py)."""
+        handshake.fence()
+        for w in workers:
+            if not self._hs.wants_ring(w):
+                continue
+            try:
+                self._pool.conns[w].send_bytes(DOORBELL)
+            except OSError as exc:
+                raise self._pool.died(w, "STEP", []) from exc
+
+    def collect(self, pending: list[int], timeout: float | None, deadline: float | None,
+                copy: bool) -> list[StepResult]:
+        """The steps of ``pending`` workers: all of them, or (``timeout``) a partial batch."""
+        results: list[StepResult] = []
+        waiting = set(pending)
+        deadline_at = None if deadline is None else time.monotonic() + deadline
+        window_end: float | None = None
+        while waiting:
+            ready = self._hs.ready(waiting)
+            if ready:
+                for w in sorted(ready):
+                    waiting.discard(w)
+                    results.append(self._read_step(w, copy, results))
+                if timeout is not None and window_end is None:
+                    window_end = time.monotonic() + timeout
+                continue
+            now = time.monotonic()
+            if window_end is not None and now >= window_end:
+                break
+            if deadline_at is not None and now >= deadline_at:
+                raise errors.DeadlineExceededError(hung_workers=sorted(waiting),
+                                                   deadline=deadline, results=results)
+            until = _earliest(deadline_at, window_end)
+            sentinels = {self._pool.sentinel(w): w for w in waiting}
+            dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
+            self._check_dead(dead, results)
+        return results
+
+    def _check_dead(self, dead: list[int], results: list[StepResult]) -> None:
+        # Data before death: a worker that finished its step and then died still delivers it.
+        finished = self._hs.ready(dead)
+        for w in dead:
+            if w not in finished:
+                raise self._pool.died(w, "STEP", results)
+
+    def _read_step(self, w: int, copy: bool, results: list[StepResult]) -> StepResult:
+        records = None
+        if self._hs.received(w) == REPLY_MESSAGE:
+            try:
+                message = self._pool.conns[w].recv_bytes()
+            except (EOFError, OSError) as exc:
+                raise self._pool.died(w, "STEP", results) from exc
+            tag, payload = pickle.loads(message)
+            if tag is Reply.ERROR:
+                raise self._pool.failed(w, payload, results)
+            records = payload
+        self._states.transition(w, WorkerState.IDLE)
+        result = self.result_of(w, copy)
+        _add_infos(result, records)
+        return result
+
+    def result_of(self, w: int | None, copy: bool) -> StepResult:
+        """Worker ``w``'s rows (every env's for None) as a StepResult, views or copies."""
+        v = self.all_views if w is None else self.views[w]
+        env_ids = range(self._config.num_envs) if w is None else range(*self._config.bounds(w))
+        if copy:
+            return StepResult(
+                w, env_ids, copy_tree(v.obs), v.rewards.copy(), v.terminated.copy(),
+                v.truncated.copy(), copy_tree(v.final_obs), v.has_final_obs.copy(),
+                v.restarted.copy(),
+            )
+        return StepResult(w, env_ids, v.obs, v.rewards, v.terminated, v.truncated, v.final_obs,
+                          v.has_final_obs, v.restarted)
+
+    def snapshot(self) -> HandshakeState:
+        return self._hs.snapshot()
+
+    def forget(self, w: int) -> None:
+        """Before a restart: nothing in flight, so the new worker starts clean."""
+        self._hs.reset_worker(w)
+
+    def flag_restarted(self, w: int) -> None:
+        """Worker ``w``'s rows after a restart: truncated, restarted, no reward, until it steps."""
+        v = self.views[w]
+        v.rewards[:] = 0.0
+        v.terminated[:] = False
+        v.has_final_obs[:] = False
+        v.truncated[:] = True
+        v.restarted[:] = True
+        self._flagged[w] = True
+
+
+def _add_infos(result: StepResult, records: list[InfoRecord] | None) -> None:
+    if not records:
+        return
+    offset = result.env_ids.start
+    for j, info, reset_info in records:
+        if info:
+            result.infos[offset + j] = info
+        if reset_info is not None:
+            result.reset_infos[offset + j] = reset_info
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+__all__ = ["StepChannel"]
