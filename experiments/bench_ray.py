@@ -1,10 +1,11 @@
-# docs: docs/distributed.md ("Ray against local")
-"""RaySampler (2 actors on this node) against one local VecSampler with the same total workers.
+"""RaySampler against one local VecSampler of as many workers (docs/distributed.md).
 
-Both sides run the same chunk collection (vecsample.ray.ChunkCollector) with the same tiny torch
-MLP policy on CartPole-v1: locally, one collector over ``2 * workers_per_actor`` workers; through
-Ray, one collector per actor over ``workers_per_actor`` workers, each with half the envs. The two
-are measured in alternation, several repeats each, and the table shows medians and their ratio.
+The figures of "Ray against local" in docs/distributed.md come from here. Both sides run the
+same chunk collection (vecsample.ray.ChunkCollector) with the same tiny torch MLP policy on
+CartPole-v1: locally, one collector over ``2 * workers_per_actor`` workers; through Ray (2
+actors on this node by default), one collector per actor over ``workers_per_actor`` workers,
+each with half the envs. The two are measured in alternation, several repeats each, and the
+table shows medians and their ratio.
 
     python experiments/bench_ray.py
 """
@@ -18,28 +19,37 @@ import platform
 import statistics
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import ray
 import torch
+import tyro
 from torch import nn
 
 from vecsample import AutoresetMode, VecSampler
-from vecsample.flags import parse_flags
 from vecsample.ray import ChunkCollector, RaySampler, TorchPolicy
 
 
 @dataclass
 class Args:
     env_id: str = "CartPole-v1"
-    actors: int = 2  # Ray actors, all on this node
+    """gymnasium id with CartPole's shapes (the policy takes 4 observations, picks 1 of 2)"""
+    actors: int = 2
+    """Ray actors, all on this node"""
     workers_per_actor: int = 1
+    """worker processes per actor; the local sampler gets actors x this many"""
     envs_per_actor: int = 16
-    chunk_length: int = 1000  # steps per chunk (per env)
-    rounds: int = 3  # chunks per actor (Ray) / collects (local) in one measurement
-    repeats: int = 5  # measurements per side; the table shows the median
-    json: str | None = None  # write every measurement here
+    """envs per actor; the local sampler steps actors x this many"""
+    chunk_length: int = 1000
+    """steps per env in one chunk"""
+    rounds: int = 3
+    """chunks per actor (Ray) and collects (local) in one measurement"""
+    repeats: int = 5
+    """measurements per side, alternating; the table shows the medians"""
+    json: str | None = None
+    """write every measurement to this JSON file"""
 
 
 class ArgmaxMLP(nn.Module):
@@ -83,12 +93,13 @@ def measure_ray(args: Args) -> tuple[float, float]:
         return sum(c.env_steps for c in chunks) / seconds, busy / seconds
 
 
-def parse() -> Args:
-    return parse_flags(Args, __doc__)
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 def main() -> None:
-    args = parse()
+    args = parse_args()
     torch.set_num_threads(1)  # the driver's policy gets one thread, like each actor's
     ray.init(num_cpus=args.actors * args.workers_per_actor, include_dashboard=False,
              logging_level=logging.WARNING)

@@ -1,21 +1,24 @@
-# Docs: docs/benchmarks.md (the core issue's figure: VecSampler 2x64 against one bare loop of 128)
-"""VecSampler full batches against a bare loop stepping the same envs in one process.
+"""VecSampler full batches against a one-process bare loop of the same envs (docs/benchmarks.md).
 
-Run: ``python -m experiments.core_throughput --repeats 5``. Prints the medians of interleaved
-repeats and the ratio to the machine limit estimate (cores × the one-process bare loop).
+The core issue's figure in docs/benchmarks.md (VecSampler 2 x 64 against one bare loop of 128)
+comes from here. Prints the medians of interleaved repeats and the ratio to the machine limit
+estimate (cores × the one-process bare loop).
+
+Run: ``python -m experiments.core_throughput --repeats 5``
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
+import tyro
 
 from vecsample import VecSampler
-from vecsample.flags import parse_flags
 
 
 @dataclass
@@ -75,5 +78,10 @@ def main(args: Args) -> None:
           f"{s / (args.num_workers * b):.3f}")
 
 
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
+
+
 if __name__ == "__main__":
-    main(parse_flags(Args, __doc__))
+    main(parse_args())

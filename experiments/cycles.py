@@ -1,22 +1,37 @@
-# docs: docs/reliability.md#r5-200-createclose-cycles. Run: python experiments/cycles.py
-"""R5 by hand, for any start method: create/close cycles must leak no process, fd or memory.
+"""R5 by hand, for any start method (docs/reliability.md#r5-200-createclose-cycles).
 
-The CI test (tests/test_reliability.py) runs 200 cycles under fork, the fastest start method;
-this script runs them under the others too (forkserver: 1.2 to 1.7 s per cycle on 2 cores).
+Create/close cycles must leak no process, fd or memory. The CI test (tests/test_reliability.py)
+runs 200 cycles under fork, the fastest start method; this script runs them under the others too
+(forkserver: 1.2 to 1.7 s per cycle on 2 cores).
+
+Run: ``python experiments/cycles.py --context forkserver --cycles 200``
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import psutil
+import tyro
 
 from vecsample import VecSampler
 from vecsample.testing import CountingEnv, fns
+
+
+@dataclass
+class Args:
+    cycles: int = 200
+    """create/close cycles measured"""
+    warmup: int = 10
+    """cycles run first, before the baseline is taken (imports, caches, the forkserver)"""
+    context: Literal["fork", "forkserver", "spawn"] = "forkserver"
+    """multiprocessing start method"""
 
 
 def children(me: psutil.Process) -> int:
@@ -29,12 +44,13 @@ def cycle(context: str) -> None:
         s.step(np.ones(4, dtype=np.int64))
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cycles", type=int, default=200)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--context", default="forkserver")
-    args = p.parse_args()
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     me = psutil.Process()
     for _ in range(args.warmup):
         cycle(args.context)

@@ -1,14 +1,15 @@
-# docs: docs/reliability.md#comparison. Run: python experiments/faults_compare.py
-"""Injects the same faults into vecsample, gymnasium AsyncVectorEnv, SB3 SubprocVecEnv, EnvPool.
+"""The same faults in vecsample and three other backends (docs/reliability.md#comparison).
 
+Injects the same faults into vecsample, gymnasium AsyncVectorEnv, SB3 SubprocVecEnv and EnvPool.
 Every (backend, fault) trial runs in its own subprocess with a wall-clock limit, so a backend
 that hangs is recorded as hanging instead of hanging this script. The child prints one JSON line
 per phase it finished; the parent turns the last line into a table row.
+
+Run: ``python experiments/faults_compare.py --out faults.json``
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -18,15 +19,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import psutil
+import tyro
 
-BACKENDS = ["vecsample", "gymnasium", "sb3", "envpool"]
+BackendName = Literal["vecsample", "gymnasium", "sb3", "envpool"]
+BACKENDS: list[BackendName] = list(get_args(BackendName))
 FAULTS = ["raise", "sigkill_worker", "hang", "bad_action", "sigkill_parent", "sigterm_parent"]
 N = 4
 #: Seconds a trial may take to build its envs (not part of any fault's timing).
@@ -39,6 +42,8 @@ class Args:
     """seconds a trial may run before it is recorded as hanging"""
     out: str = ""
     """write the results as JSON to this path"""
+    backends: list[BackendName] = field(default_factory=lambda: list(BACKENDS))
+    """backends to try, each against every fault"""
 
 
 # --- child side -----------------------------------------------------------------------------
@@ -72,7 +77,7 @@ class Backend:
             from vecsample import VecSampler
 
             self.env: Any = VecSampler(fns, num_workers=2, deadline=3.0)
-            self.pids = [p.pid for p in self.env._procs]
+            self.pids = self.env.worker_pids()
         elif name == "gymnasium":
             from gymnasium.vector import AsyncVectorEnv
 
@@ -235,21 +240,21 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(5)
 
 
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
+
+
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":  # one trial, started by trial()
         child(*sys.argv[2:5])
         return 0
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--limit", type=float, default=Args.limit)
-    p.add_argument("--out", default=Args.out)
-    p.add_argument("--backends", default=",".join(BACKENDS))
-    ns = p.parse_args()
-    backends = ns.backends.split(",")
-    results = {f"{b}/{f}": trial(b, f, ns.limit) for f in FAULTS for b in backends}
+    args = parse_args()
+    results = {f"{b}/{f}": trial(b, f, args.limit) for f in FAULTS for b in args.backends}
     for key, r in results.items():
         print(f"{key:28s} {json.dumps(r)}", flush=True)
-    if ns.out:
-        with open(ns.out, "w") as f:
+    if args.out:
+        with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
     return 0
 

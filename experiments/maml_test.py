@@ -1,5 +1,4 @@
-# Docs: docs/maml.md (evaluating a policy trained by experiments/maml_trpo.py)
-"""Evaluates a saved MAML policy on fresh tasks after 0, 1, ..., k inner gradient steps.
+"""Evaluates a saved MAML policy on fresh tasks after 0, 1, ..., k inner steps (docs/maml.md).
 
 Reads ``policy.th`` and ``config.json`` from ``--run-dir`` (what experiments/maml_trpo.py
 writes). One ``sample(tasks, num_steps=k)`` per batch of tasks gives the episodes sampled with
@@ -20,10 +19,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
+import tyro
 from tqdm import trange
 
 import vecsample.envs  # noqa: F401  (registers the task envs)
-from vecsample.flags import parse_flags
 from vecsample.maml import (
     LinearFeatureBaseline,
     MultiTaskSampler,
@@ -80,7 +79,8 @@ def main(args: Args) -> dict[str, list[float]]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:
-    return parse_flags(Args, __doc__, argv)
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 if __name__ == "__main__":

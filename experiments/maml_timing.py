@@ -1,5 +1,7 @@
-# Docs: docs/maml.md#halfcheetahdir-sampling-time (the timing there comes from this script)
-"""Wall time of one MultiTaskSampler meta-batch against a bare single-process loop.
+"""One MultiTaskSampler meta-batch against a bare loop (docs/maml.md#halfcheetahdir-sampling-time).
+
+Wall time of one MultiTaskSampler meta-batch against a bare single-process loop; the timing in
+that section of docs/maml.md comes from this script.
 
 The paper's HalfCheetahDir config: 40 tasks x 20 episodes x 100 steps, train and valid rounds,
 so 160,000 env steps per meta-batch. The sampler's time is the median over ``--repeats`` calls
@@ -39,9 +41,9 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import torch
+import tyro
 
 import vecsample.envs  # noqa: F401  (registers the task envs)
-from vecsample.flags import parse_flags
 from vecsample.maml import (
     LinearFeatureBaseline,
     MetaConfig,
@@ -167,7 +169,8 @@ def main(args: Args) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:
-    return parse_flags(Args, __doc__, argv)
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 if __name__ == "__main__":

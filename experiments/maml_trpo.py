@@ -1,5 +1,6 @@
-# Docs: docs/maml.md (the 2DNavigation results there come from this script)
-"""MAML-TRPO (Finn et al. 2017) in one file, sampling with vecsample.maml.MultiTaskSampler.
+"""MAML-TRPO (Finn et al. 2017) in one file on vecsample's MultiTaskSampler (docs/maml.md).
+
+The 2DNavigation results of docs/maml.md come from this script.
 
 Per meta-batch: sample tasks; ``sample_async`` gives futures for the train episodes (before
 adaptation) and the valid episodes (after one first-order inner step); the outer TRPO step
@@ -26,13 +27,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+import tyro
 from torch.distributions import Categorical, Distribution, Independent, Normal
 from torch.distributions.kl import kl_divergence
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from tqdm import trange
 
 import vecsample.envs  # noqa: F401  (registers the task envs)
-from vecsample.flags import parse_flags
 from vecsample.maml import (
     BatchEpisodes,
     LinearFeatureBaseline,
@@ -281,7 +282,8 @@ def main(args: Args) -> list[dict[str, float]]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:
-    return parse_flags(Args, __doc__, argv)
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 if __name__ == "__main__":

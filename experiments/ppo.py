@@ -1,5 +1,4 @@
-# Docs and results: docs/ppo.md
-"""PPO (clipped surrogate, GAE) on vecsample, in one file.
+"""PPO (clipped surrogate, GAE) on vecsample, in one file (docs/ppo.md).
 
 The envs run in vecsample worker processes (``vecsample.VectorEnv``, same-step autoreset). The
 rollout (``vecsample.train.Rollout``) samples with a copy of the agent on the device chosen by
@@ -10,13 +9,15 @@ observation.
     python experiments/ppo.py                                # CartPole-v1, stops once solved
     python experiments/ppo.py --preset mujoco --env-id HalfCheetah-v5 --total-timesteps 300000
 
+``--preset mujoco`` swaps in CleanRL's MuJoCo settings (PRESETS below) as the defaults; flags
+given on the command line still override them, and ``--preset mujoco --help`` shows them.
+
 Outputs go to ``runs/<run name>/``: ``episodes.csv`` (global step, return, length),
 ``summary.json`` (steps to solve, wall time, placement, per-phase stats) and ``curve.png``.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import json
@@ -24,13 +25,15 @@ import math
 import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
+import tyro
 from torch import nn
 from torch.distributions import Categorical, Normal
 
@@ -43,76 +46,99 @@ from vecsample.train.rollout import Rollout, RolloutBatch
 class Args:
     """Every knob of a run; each field is also a command-line flag (``--num-envs 8``)."""
 
-    env_id: str = "CartPole-v1"  # any gymnasium id with a Box observation space
-    preset: str = "classic"  # "classic" (these defaults) or "mujoco" (MUJOCO_DEFAULTS below)
-    total_timesteps: int = 500_000  # env steps over all envs
-    seed: int = 1  # seeds torch, numpy and the envs (through SeedSequence)
-    num_envs: int = 8  # parallel envs
-    num_workers: int = 2  # worker processes (this machine has 2 cores)
-    num_steps: int = 128  # steps per env per rollout (T)
-    timeout: float | None = None  # None: full batches; seconds: partial batches (step_recv)
-    device: str = "auto"  # where to sample: "auto" measures and also picks the training device
-    torch_threads: int = 1  # intra-op threads of the trainer process (see train())
-    learning_rate: float = 2.5e-4  # Adam step size
-    anneal_lr: bool = True  # decay the learning rate linearly to 0 over the run
-    gamma: float = 0.99  # discount
-    gae_lambda: float = 0.95  # GAE lambda
-    num_minibatches: int = 4  # minibatches per epoch
-    update_epochs: int = 4  # passes over each rollout
-    norm_adv: bool = True  # normalise advantages per minibatch
-    clip_coef: float = 0.2  # PPO ratio clip
-    clip_vloss: bool = True  # clip the value loss too
-    ent_coef: float = 0.01  # entropy bonus
-    vf_coef: float = 0.5  # value loss weight
-    max_grad_norm: float = 0.5  # gradient clipping
-    target_kl: float | None = None  # stop the epochs early past this approximate KL
-    normalize: bool = False  # observation/reward normalisation wrappers (on for mujoco)
-    solved_return: float | None = 475.0  # stop once the last `solved_window` episodes average it
-    solved_window: int = 100  # episodes in that average (gymnasium's definition of solved)
-    run_name: str | None = None  # default: <env_id>__seed<seed>
-    out_dir: str = "runs"  # where episodes.csv, summary.json and curve.png go
-    profile: bool = False  # print where the time went at the end
-    progress: bool = True  # the live tqdm bar (hidden anyway when stderr is not a terminal)
+    env_id: str = "CartPole-v1"
+    """any gymnasium id with a Box observation space"""
+    preset: Literal["classic", "mujoco"] = "classic"
+    """the defaults: classic (CartPole, these) or mujoco (CleanRL's MuJoCo settings)"""
+    total_timesteps: int = 500_000
+    """env steps over all envs"""
+    seed: int = 1
+    """seeds torch, numpy and the envs (through SeedSequence)"""
+    num_envs: int = 8
+    """parallel envs"""
+    num_workers: int = 2
+    """worker processes (this machine has 2 cores)"""
+    num_steps: int = 128
+    """steps per env per rollout (T)"""
+    timeout: float | None = None
+    """None: full batches; seconds: partial batches (step_recv)"""
+    device: str = "auto"
+    """where to sample: auto measures, and also picks the training device"""
+    torch_threads: int = 1
+    """intra-op threads of the trainer process (see train())"""
+    learning_rate: float = 2.5e-4
+    """Adam step size"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly to 0 over the run"""
+    gamma: float = 0.99
+    """discount"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """passes over each rollout"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_coef: float = 0.2
+    """PPO ratio clip"""
+    clip_vloss: bool = True
+    """clip the value loss too"""
+    ent_coef: float = 0.01
+    """entropy bonus"""
+    vf_coef: float = 0.5
+    """value loss weight"""
+    max_grad_norm: float = 0.5
+    """gradient clipping"""
+    target_kl: float | None = None
+    """stop the epochs early past this approximate KL; None: never"""
+    normalize: bool = False
+    """observation and reward normalisation wrappers (on for mujoco)"""
+    solved_return: float | None = 475.0
+    """stop once the last solved-window episodes average this; None: run every step"""
+    solved_window: int = 100
+    """episodes in that average (gymnasium's definition of solved)"""
+    run_name: str | None = None
+    """the run's folder under out-dir; None: <env-id>__seed<seed>"""
+    out_dir: str = "runs"
+    """where episodes.csv, summary.json and curve.png go"""
+    profile: bool = False
+    """print where the time went at the end"""
+    progress: bool = True
+    """the live tqdm bar (hidden anyway when stderr is not a terminal)"""
 
 
-#: CleanRL-style MuJoCo settings (``--preset mujoco``); command-line flags still override them.
-MUJOCO_DEFAULTS: dict[str, Any] = {
-    "env_id": "HalfCheetah-v5",
-    "total_timesteps": 1_000_000,
-    "num_envs": 4,
-    "num_steps": 512,
-    "learning_rate": 3e-4,
-    "num_minibatches": 32,
-    "update_epochs": 10,
-    "ent_coef": 0.0,
-    "normalize": True,
-    "solved_return": None,
+#: The defaults of each ``--preset``: mujoco is CleanRL's MuJoCo settings.
+PRESETS: dict[str, Args] = {
+    "classic": Args(),
+    "mujoco": Args(
+        preset="mujoco",
+        env_id="HalfCheetah-v5",
+        total_timesteps=1_000_000,
+        num_envs=4,
+        num_steps=512,
+        learning_rate=3e-4,
+        num_minibatches=32,
+        update_epochs=10,
+        ent_coef=0.0,
+        normalize=True,
+        solved_return=None,
+    ),
 }
 
 
-def parse_args(argv: list[str] | None = None) -> Args:
-    """Flags from the Args fields; ``--preset mujoco`` swaps the defaults first."""
-    argv = sys.argv[1:] if argv is None else argv
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--preset", default="classic", choices=["classic", "mujoco"])
-    defaults = Args(**(MUJOCO_DEFAULTS if pre.parse_known_args(argv)[0].preset == "mujoco" else {}))
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    for f in dataclasses.fields(Args):
-        flag, default = "--" + f.name.replace("_", "-"), getattr(defaults, f.name)
-        if isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        else:
-            parser.add_argument(flag, type=_parser_type(str(f.type)), default=default)
-    return Args(**vars(parser.parse_args(argv)))
+HELP = ("-h", "--help")
 
 
-def _parser_type(annotation: str) -> Any:
-    base = {"int": int, "float": float, "str": str}[annotation.split(" | ")[0]]
-    if "None" not in annotation:
-        return base
-    return lambda text: None if text.lower() == "none" else base(text)
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line): the preset's defaults, then the flags.
+
+    A first pass reads ``--preset`` (help aside); the second parses every flag over that
+    preset, so flags given override it and ``--help`` shows its values as the defaults.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = tyro.cli(Args, description=__doc__, args=[a for a in argv if a not in HELP])
+    return tyro.cli(Args, description=__doc__, args=argv, default=PRESETS[first.preset])
 
 
 # --- envs (module level, so the worker processes can unpickle the factories) -------------------

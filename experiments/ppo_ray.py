@@ -1,5 +1,6 @@
-# docs: docs/distributed.md ("PPO through Ray")
-"""PPO on CartPole-v1, sampling through RaySampler: one local VecSampler per Ray actor.
+"""PPO on CartPole-v1 through RaySampler, one VecSampler per Ray actor (docs/distributed.md).
+
+The "PPO through Ray" figures of docs/distributed.md come from this script.
 
 Self-contained on purpose: the PPO example of issue 7 (experiments/ppo.py) has not landed yet;
 once it has, this file should become that script with its sampler swapped for RaySampler.
@@ -13,35 +14,49 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import ray
 import torch
+import tyro
 from torch import nn
 from torch.distributions import Categorical
 
-from vecsample.flags import parse_flags
 from vecsample.ray import Chunk, RaySampler, TorchPolicy, numpy_weights
 
 
 @dataclass
 class Args:
     env_id: str = "CartPole-v1"
-    total_steps: int = 100_000  # env steps over all actors
-    actors: int = 0  # Ray actors; 0: one per node of the cluster
-    workers_per_actor: int = 1  # env processes per actor (and its num_cpus)
+    """gymnasium id with CartPole's shapes (the agent takes 4 observations, picks 1 of 2)"""
+    total_steps: int = 100_000
+    """env steps over all actors"""
+    actors: int = 0
+    """Ray actors; 0: one per node of the cluster"""
+    workers_per_actor: int = 1
+    """env processes per actor (and its num_cpus)"""
     envs_per_actor: int = 8
-    chunk_length: int = 128  # steps per env per chunk: one PPO rollout per actor
-    in_flight: int = 1  # 1: strictly on-policy; 2 overlaps sampling with the update
+    """envs per actor"""
+    chunk_length: int = 128
+    """steps per env per chunk: one PPO rollout per actor"""
+    in_flight: int = 1
+    """requests queued per actor; 1: strictly on-policy, 2: sampling overlaps the update"""
     lr: float = 2.5e-3
+    """Adam step size"""
     gamma: float = 0.99
+    """discount"""
     gae_lambda: float = 0.95
+    """GAE lambda"""
     epochs: int = 4
+    """passes over each iteration's chunks"""
     minibatches: int = 4
+    """minibatches per epoch"""
     clip: float = 0.2
+    """PPO ratio clip"""
     seed: int = 0
-
+    """seeds torch and the actors' envs"""
 
 class Agent(nn.Module):
     """Actor-critic MLP. ``forward`` is what the Ray actors run: action, log-prob and value."""
@@ -136,12 +151,13 @@ def train(args: Args) -> list[float]:
     return curve
 
 
-def parse() -> Args:
-    return parse_flags(Args, __doc__)
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
 
 
 if __name__ == "__main__":
-    arguments = parse()
+    arguments = parse_args()
     if not ray.is_initialized():
         # RAY_ADDRESS (or `ray start` on this machine) connects to a cluster; else a local one.
         ray.init(include_dashboard=False, logging_level=logging.WARNING)

@@ -1,5 +1,7 @@
-# Docs: docs/architecture.md#the-signalling-channel (the figures there come from this script)
-"""Which channel should carry vecsample's step tokens? Round-trip time of a one-byte token.
+"""Which channel should carry the step tokens? (docs/architecture.md, "The signalling channel")
+
+Round-trip time of a one-byte token; the figures in that section of docs/architecture.md come
+from this script.
 
 The worker receives a token on its command channel and answers on the result channel, as a
 VecSampler worker does around each step. Channels measured:
@@ -14,13 +16,15 @@ Run: ``python experiments/queue_choice.py --round-trips 5000 --repeats 5``
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+import tyro
 
 
 @dataclass
@@ -29,7 +33,7 @@ class Args:
     """round trips per measurement"""
     repeats: int = 5
     """measurements per channel; the median is reported"""
-    context: str = "forkserver"
+    context: Literal["fork", "forkserver", "spawn"] = "forkserver"
     """multiprocessing start method"""
     json: str | None = None
     """optional path for the raw results"""
@@ -109,9 +113,10 @@ def main(args: Args) -> dict[str, float]:
     return medians
 
 
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in vars(Args()).items():
-        kind = type(default) if default is not None else str
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default)
-    main(Args(**vars(parser.parse_args())))
+    main(parse_args())

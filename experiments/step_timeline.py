@@ -1,5 +1,7 @@
-# Docs: docs/benchmarks.md#where-the-time-goes (the per-batch breakdown there comes from here)
-"""Where a full batch's time goes: one timeline per ``step()``, parent and workers on one clock.
+"""Where a full batch's time goes (docs/benchmarks.md#where-the-time-goes).
+
+One timeline per ``step()``, parent and workers on one clock; the per-batch breakdown in that
+section of docs/benchmarks.md comes from here.
 
 Each worker records when it picked up a step and when it published it (``time.perf_counter``
 is CLOCK_MONOTONIC, shared by every process); the parent records ``send_all`` and the return of
@@ -13,15 +15,16 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
 import numpy as np
+import tyro
 
 from vecsample import VecSampler
 from vecsample import worker as worker_module
-from vecsample.flags import parse_flags
 
 
 @dataclass
@@ -106,5 +109,10 @@ def main(args: Args) -> None:
     print(f"  per env step in the slowest worker: {stepping / per_env * 1e6:.2f} µs")
 
 
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
+
+
 if __name__ == "__main__":
-    main(parse_flags(Args, __doc__))
+    main(parse_args())

@@ -1,5 +1,4 @@
-# docs: docs/timeout.md (when do partial batches pay?)
-"""Full against partial batches: sweep the recv timeout, envs per worker, workers, env and policy.
+"""Full against partial batches, swept over timeout, workers, envs and policy (docs/timeout.md).
 
 The sampling loop of the design card (vecsample.tools.compare.sampling_loop): send to every worker,
 ``step_recv(timeout)``, run the policy on what came back, send those workers again. For every
@@ -9,126 +8,136 @@ wait / policy / other, writes ``results.json`` and PNG plots under ``--out-dir``
 
     python -m experiments.timeout_comparison --preset p7 --out-dir runs/p7   # from the checkout
 
-Presets: the seed's two setups (``seed-small``: 8 workers x 20 HalfCheetah envs, ``seed-large``:
-8 x 4000, 1000 iterations each; ``--scale`` shrinks envs per worker and iterations for a small
-machine), ``p6`` (sleeping envs, 1 vs 16 workers), ``p7`` (stragglers vs uniform envs) and
-``crossover`` (a fixed per-call policy latency swept against a step-time spread) and
-``n-sweep`` (envs per worker swept at a fixed per-call latency: the seed's sqrt(n) argument).
+The flags are the fields of ``vecsample.tools.compare.Grid`` (what ``vecsample compare`` sweeps)
+plus this script's own. ``--preset NAME`` makes one of PRESETS the defaults: flags given on the
+command line still override it, and ``--preset NAME --help`` shows its values. Presets: the
+seed's two setups (``seed-small``: 8 workers x 20 HalfCheetah envs, ``seed-large``: 8 x 4000,
+1000 iterations each; ``--scale`` shrinks envs per worker and iterations for a small machine),
+``compare`` (the defaults of ``vecsample compare``), ``p6`` (sleeping envs, 1 vs 16 workers),
+``p7`` (stragglers vs uniform envs), ``crossover`` (a fixed per-call policy latency swept against
+a step-time spread) and ``n-sweep`` (envs per worker swept at a fixed per-call latency: the
+seed's sqrt(n) argument). A timeout of ``none`` (or ``None``) is the full batch.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import platform
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import tyro
+from tyro.constructors import ConstructorRegistry, PrimitiveConstructorSpec, PrimitiveTypeInfo
 
 from vecsample.tools import compare
 from vecsample.tools import timeout_model as tm
 
 SEED_TIMEOUTS: list[float | None] = [None, 0.1, 0.01, 0.001, 0.0001]
 
+PresetName = Literal["compare", "seed-small", "seed-large", "p6", "p7", "n-sweep", "crossover"]
+
 
 @dataclass
-class Args:
-    preset: str | None = None
-    """one of PRESETS; flags given on the command line override it"""
-    envs: list[str] = field(default_factory=lambda: ["CartPole-v1", "straggler"])
-    """gymnasium ids, or sleep / uniform / straggler (SlowEnv with that step-time tail)"""
-    workers: list[int] = field(default_factory=lambda: [2])
-    """numbers of worker processes"""
-    envs_per_worker: list[int] = field(default_factory=lambda: [16])
-    """envs stepped serially by each worker"""
-    timeouts: list[str] = field(default_factory=lambda: ["none", "0.1", "0.01", "0.001", "0.0001"])
-    """recv timeouts in seconds; 'none' is the full batch"""
-    policies: list[str] = field(default_factory=lambda: ["mlp:64,64"])
-    """'random' or 'mlp:H1,H2,...': a torch MLP, so inference cost scales with the batch"""
-    policy_latency: list[float] = field(default_factory=lambda: [0.0])
-    """a fixed per-call policy cost in seconds (sleep), like a GPU round trip"""
-    step_time: float = 2e-4
-    """median step time of the sleep / uniform / straggler envs, seconds"""
-    seconds: float = 2.0
-    """duration of one measurement (when iterations is not set)"""
-    iterations: int | None = None
-    """steps per env of one measurement (the seed's 'iterations'); replaces seconds"""
-    repeats: int = 3
-    """repeats of each measurement; tables show medians, ratios are per repeat"""
+class Args(compare.Grid):
+    """What to sweep (the fields of compare.Grid) and how to report it.
+
+    The help of Grid's fields is listed here, for ``--help``, until compare.Grid carries it.
+
+    Attributes:
+        envs: gymnasium ids, or sleep / uniform / straggler (SlowEnv with that step-time tail)
+        workers: numbers of worker processes
+        envs_per_worker: envs stepped serially by each worker
+        timeouts: recv timeouts in seconds; none is the full batch
+        policies: random, or mlp:H1,H2,...: a torch MLP, so inference cost scales with the batch
+        policy_latencies: a fixed per-call policy cost in seconds (sleep), like a GPU round trip
+        step_time: median step time of the sleep / uniform / straggler envs, seconds
+        seconds: duration of one measurement (when iterations is not set)
+        iterations: steps per env of one measurement (the seed's iterations); replaces seconds
+        repeats: repeats of each measurement; tables show medians, ratios are per repeat
+        seed: seeds the samplers and the policies; repeat k resets its envs with seed + k
+        interleave_groups: open every group's sampler at once and alternate groups each repeat
+    """
+
+    preset: PresetName | None = None
+    """one of PRESETS as the defaults; flags given on the command line override it"""
     scale: float = 1.0
-    """multiplies envs per worker and iterations of a preset (for a small machine)"""
-    interleave_groups: bool = False
-    """open every group's sampler at once and alternate groups each repeat (side by side)"""
+    """multiplies envs per worker and iterations (of a preset or not), for a small machine"""
     model: bool = False
     """also predict each configuration with vecsample.tools.timeout_model"""
-    seed: int = 0
     torch_threads: int = 1
     """threads of the MLP policy in the parent: the workers need the cores"""
     out_dir: str = "runs/timeout"
     """where results.json and the PNG plots go"""
-    no_progress: bool = False
-    """hide the progress bar"""
+    progress: bool = True
+    """the progress bar on stderr"""
 
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "compare": {"envs": ["CartPole-v1", "straggler"], "workers": [2], "envs_per_worker": [16],
-                "timeouts": ["none", "0.0005"], "seconds": 2.0},
-    "seed-small": {"envs": ["HalfCheetah-v5"], "workers": [8], "envs_per_worker": [20],
-                   "iterations": 1000, "timeouts": ["none", "0.1", "0.01", "0.001", "0.0001"]},
-    "seed-large": {"envs": ["HalfCheetah-v5"], "workers": [8], "envs_per_worker": [4000],
-                   "iterations": 1000, "timeouts": ["none", "0.1", "0.01", "0.001", "0.0001"]},
-    "p6": {"envs": ["sleep"], "workers": [1, 16], "envs_per_worker": [1], "step_time": 0.05,
-           "timeouts": ["none", "0.001"], "policies": ["random"], "seconds": 3.0, "repeats": 5,
-           "interleave_groups": True},
-    "p7": {"envs": ["straggler", "sleep", "CartPole-v1"], "workers": [8], "envs_per_worker": [1],
-           "step_time": 0.002, "timeouts": ["none", "0.0001"], "seconds": 2.0, "repeats": 5,
-           "policy_latency": [0.0, 0.001]},
-    "n-sweep": {"envs": ["uniform"], "workers": [8], "envs_per_worker": [1, 4, 16, 64],
-                "step_time": 0.001, "policy_latency": [0.004], "policies": ["random"],
-                "timeouts": ["none", "0.0001"], "seconds": 3.0, "repeats": 3},
-    "crossover": {"envs": ["uniform"], "workers": [8], "envs_per_worker": [4], "step_time": 0.005,
-                  "policy_latency": [0.0, 0.002, 0.004, 0.008, 0.016, 0.032],
-                  "policies": ["random"], "timeouts": ["none", "0.0001"], "seconds": 2.0,
-                  "repeats": 5},
+#: The defaults of each ``--preset``.
+PRESETS: dict[str, compare.Grid] = {
+    "compare": compare.Grid(),
+    "seed-small": compare.Grid(envs=["HalfCheetah-v5"], workers=[8], envs_per_worker=[20],
+                               iterations=1000, timeouts=SEED_TIMEOUTS),
+    "seed-large": compare.Grid(envs=["HalfCheetah-v5"], workers=[8], envs_per_worker=[4000],
+                               iterations=1000, timeouts=SEED_TIMEOUTS),
+    "p6": compare.Grid(envs=["sleep"], workers=[1, 16], envs_per_worker=[1], step_time=0.05,
+                       timeouts=[None, 0.001], policies=["random"], seconds=3.0, repeats=5,
+                       interleave_groups=True),
+    "p7": compare.Grid(envs=["straggler", "sleep", "CartPole-v1"], workers=[8],
+                       envs_per_worker=[1], step_time=0.002, timeouts=[None, 0.0001],
+                       seconds=2.0, repeats=5, policy_latencies=[0.0, 0.001]),
+    "n-sweep": compare.Grid(envs=["uniform"], workers=[8], envs_per_worker=[1, 4, 16, 64],
+                            step_time=0.001, policy_latencies=[0.004], policies=["random"],
+                            timeouts=[None, 0.0001], seconds=3.0, repeats=3),
+    "crossover": compare.Grid(envs=["uniform"], workers=[8], envs_per_worker=[4],
+                              step_time=0.005, policies=["random"], timeouts=[None, 0.0001],
+                              policy_latencies=[0.0, 0.002, 0.004, 0.008, 0.016, 0.032],
+                              seconds=2.0, repeats=5),
 }
 
+#: ``none`` as well as tyro's ``None`` for an absent value (a full-batch timeout), as in
+#: ``vecsample compare --timeouts none 0.0005``.
+FLAGS = ConstructorRegistry()
 
-def parse_args(argv: list[str] | None = None) -> Args:
-    """Args defaults, then the preset, then the flags actually given."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for f in dataclasses.fields(Args):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type == "bool":
-            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS)
-        elif f.type.startswith("list["):
-            kind = {"list[int]": int, "list[float]": float}.get(f.type, str)
-            parser.add_argument(flag, nargs="+", type=kind, default=argparse.SUPPRESS)
-        else:
-            kind = {"float": float, "int | None": int, "int": int}.get(f.type, str)
-            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS)
-    given = vars(parser.parse_args(argv))
-    preset = given.get("preset")
-    if preset is not None and preset not in PRESETS:
-        parser.error(f"--preset must be one of {sorted(PRESETS)}, got {preset!r}")
-    return dataclasses.replace(Args(), **{**PRESETS.get(preset or "", {}), **given})
+
+@FLAGS.primitive_rule
+def _none_any_case(info: PrimitiveTypeInfo) -> PrimitiveConstructorSpec[None] | None:
+    if info.type is not type(None):
+        return None
+    return PrimitiveConstructorSpec(
+        nargs=1, metavar="{none}", choices=("none", "None"), instance_from_str=lambda _: None,
+        is_instance=lambda x: x is None, str_from_instance=lambda _: ["none"])
+
+
+HELP = ("-h", "--help")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line): the preset's defaults, then the flags.
+
+    A first pass reads ``--preset`` (help aside); the second parses every flag over that
+    preset, so flags given override it and ``--help`` shows its values as the defaults.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    with FLAGS:  # as a context: tyro.cli(registry=...) is ignored by older tyro (0.9.x)
+        preset = tyro.cli(Args, description=__doc__, args=[a for a in argv if a not in HELP]).preset
+        grid = {} if preset is None else dataclasses.asdict(PRESETS[preset])
+        return tyro.cli(Args, description=__doc__, args=argv, default=Args(preset=preset, **grid))
 
 
 def grid_of(args: Args) -> compare.Grid:
-    scale = args.scale
-    return compare.Grid(
-        envs=args.envs, workers=args.workers,
-        envs_per_worker=[max(1, round(n * scale)) for n in args.envs_per_worker],
-        timeouts=compare.parse_timeouts(args.timeouts), policies=args.policies,
-        policy_latencies=args.policy_latency, step_time=args.step_time, seconds=args.seconds,
-        iterations=None if args.iterations is None else max(1, round(args.iterations * scale)),
-        repeats=args.repeats, seed=args.seed, interleave_groups=args.interleave_groups,
-    )
+    """The Grid part of ``args``, with ``--scale`` applied to envs per worker and iterations."""
+    grid = compare.Grid(**{f.name: getattr(args, f.name) for f in dataclasses.fields(compare.Grid)})
+    iterations = None if grid.iterations is None else max(1, round(grid.iterations * args.scale))
+    return dataclasses.replace(
+        grid, envs_per_worker=[max(1, round(n * args.scale)) for n in grid.envs_per_worker],
+        iterations=iterations)
 
 
 # --- the model next to the measurements ----------------------------------------------------------
@@ -293,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     grid = grid_of(args)
     compare.set_torch_threads(args.torch_threads, grid.policies)
-    results = compare.run_sweep(grid, not args.no_progress)
+    results = compare.run_sweep(grid, args.progress)
     rows = compare.summarize(results)
     if args.model:
         predict(grid, rows)

@@ -74,7 +74,7 @@ def test_parse_args_presets_and_overrides(ppo: ModuleType) -> None:
         True,
     )
     assert args.timeout == 0.01 and args.solved_return is None
-    classic = ppo.parse_args(["--no-anneal-lr", "--solved-return", "none"])
+    classic = ppo.parse_args(["--no-anneal-lr", "--solved-return", "None"])
     assert (
         classic.env_id == "CartPole-v1" and not classic.anneal_lr and classic.solved_return is None
     )
