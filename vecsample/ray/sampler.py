@@ -484,9 +484,7 @@ class RaySampler:
 
     # --- receiving -----------------------------------------------------------------------------
 
-    def recv(
-        self, timeout: float | None = None, min_chunks: int | None = None
-    ) -> list[Chunk]:
+    def recv(self, timeout: float | None = None, min_chunks: int | None = None) -> list[Chunk]:
         """Full (no arguments): one chunk from every live actor. Partial: waits up to
         ``timeout`` seconds (None: no limit) for ``min_chunks`` (default 1) chunks, then returns
         every chunk ready by then, possibly none. Chunks not returned stay pending.
@@ -497,9 +495,7 @@ class RaySampler:
         if timeout is None and min_chunks is None:
             chunks = self._recv_full()
         else:
-            chunks = self._recv_partial(check_seconds(timeout, "timeout"),
-                                        check_int(1 if min_chunks is None else min_chunks,
-                                                  "min_chunks"))
+            chunks = self._recv_partial(timeout, 1 if min_chunks is None else min_chunks)
         self._stats["wait_s"] += time.perf_counter() - start
         return chunks
 
@@ -517,6 +513,7 @@ class RaySampler:
         return chunks
 
     def _recv_partial(self, timeout: float | None, min_chunks: int) -> list[Chunk]:
+        timeout, min_chunks = check_seconds(timeout, "timeout"), check_int(min_chunks, "min_chunks")
         refs = [ref for slot in self._live() for ref in slot.pending]
         ray.wait(refs, num_returns=min(min_chunks, len(refs)), timeout=timeout)
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
