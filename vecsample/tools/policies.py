@@ -78,8 +78,8 @@ def mlp_policy(observation_space: gym.Space[Any], action_space: gym.Space[Any],
     """
     import torch
 
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):  # the CPU generator only: CUDA stays untouched
+        torch.default_generator.manual_seed(seed)
         in_dim = int(np.prod(observation_space.shape or (1,)))  # what ``act`` feeds it
         net = mlp(in_dim, hidden, _action_dim(action_space))
     net.eval()
