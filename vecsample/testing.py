@@ -91,7 +91,8 @@ class SlowEnv(CountingEnv):
         self.spread = spread
         self._rng = np.random.default_rng([seed, env_index])
 
-    def _delay(self) -> float:
+    def draw_delay(self) -> float:
+        """The next step's sleep in seconds, drawn from this env's own stream (advances it)."""
         if self.tail == "uniform":
             return self.step_time * (1.0 + self.spread * (2.0 * self._rng.random() - 1.0))
         if self.tail == "heavy":
@@ -99,7 +100,7 @@ class SlowEnv(CountingEnv):
         return self.step_time
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        time.sleep(self._delay())
+        time.sleep(self.draw_delay())
         return super().step(action)
 
 

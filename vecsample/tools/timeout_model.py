@@ -94,7 +94,7 @@ def sleep_step_times(tail: str, step_time: float, count: int = 5000, probes: int
     """Step times of a SlowEnv: its drawn delays plus oversleeps of ``time.sleep`` measured here
     (``probes`` of them, resampled), so the OS's jitter counts as spread too."""
     env = SlowEnv(step_time=step_time, tail=tail, seed=seed)
-    delays = np.array([env._delay() for _ in range(count)])
+    delays = np.array([env.draw_delay() for _ in range(count)])
     over = np.array([_timed(time.sleep, step_time) - step_time for _ in range(probes)])
     times: np.ndarray = delays + np.random.default_rng(seed).choice(over, size=count)
     return times
