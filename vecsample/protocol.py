@@ -85,7 +85,9 @@ class WorkerStates:
     """
 
     def __init__(self, num_workers: int) -> None:
-        self._states = [WorkerState.IDLE] * num_workers
+        #: The states by worker, for reads on the hot path; change them only by ``transition``.
+        self.current = [WorkerState.IDLE] * num_workers
+        self._states = self.current
 
     def __getitem__(self, w: int) -> WorkerState:
         return self._states[w]

@@ -144,6 +144,7 @@ class VecSampler:
         self._restarts = Restarts(self.config, self._pool, self._channel)
         #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
         self.restart_log = self._restarts.log
+        self._collect = self._restarts.collect if self.restart else self._channel.collect
         self._closed = False
         try:
             self._pool.start()
@@ -191,7 +192,8 @@ class VecSampler:
         pending = self._states.stepping()
         if not pending:
             raise errors.NoPendingError()
-        timeout = check_seconds(timeout, "timeout")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "timeout")
         deadline = self.deadline if deadline is None else check_seconds(deadline, "deadline")
         return self._recv(pending, timeout, deadline, copy)
 
@@ -199,7 +201,7 @@ class VecSampler:
               copy: bool) -> list[StepResult]:
         """step_recv once its arguments are checked (step() knows them already)."""
         start = time.perf_counter()
-        results = self._restarts.collect(pending, timeout, deadline, copy)
+        results = self._collect(pending, timeout, deadline, copy)
         self._meter.timers["wait_s"] += time.perf_counter() - start
         self._meter.timers["recvs"] += 1
         self._meter.timers["workers_received"] += len(results)
@@ -300,7 +302,7 @@ class VecSampler:
             raise errors.ClosedError(what="VecSampler")
 
     def _expect_idle(self, w: int, call: str) -> None:
-        if self._states[w] is not WorkerState.IDLE:
+        if self._states.current[w] is not WorkerState.IDLE:
             self._restarts.heal([w])
             self._states.expect_idle(w, call)
 
