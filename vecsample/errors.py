@@ -50,6 +50,22 @@ class EnvFactoryError(VecSampleError, RuntimeError):
     """An env factory could not be pickled, raised while building, or built mismatched spaces."""
 
 
+class MainGuardError(EnvFactoryError):
+    """Workers would re-import a main script that builds a sampler at top level, unguarded."""
+
+    def __init__(self, *, script: str, line: int, context: str) -> None:
+        super().__init__(
+            f"{script}:{line} builds a sampler at the top level of the main script, and "
+            f"context={context!r} starts each worker by re-importing that script, so every "
+            f"worker would build samplers of its own. Put the script's work under "
+            f"`if __name__ == \"__main__\":`, or use context='fork' (Linux, no threads or "
+            f"CUDA in the parent yet)."
+        )
+        self.script = script
+        self.line = line
+        self.context = context
+
+
 class ClosedError(VecSampleError, RuntimeError):
     """A call was made after ``close()``."""
 
