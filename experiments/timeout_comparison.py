@@ -46,24 +46,8 @@ PresetName = Literal["compare", "seed-small", "seed-large", "p6", "p7", "n-sweep
 
 @dataclass
 class Args(compare.Grid):
-    """What to sweep (the fields of compare.Grid) and how to report it.
-
-    The help of Grid's fields is listed here, for ``--help``, until compare.Grid carries it.
-
-    Attributes:
-        envs: gymnasium ids, or sleep / uniform / straggler (SlowEnv with that step-time tail)
-        workers: numbers of worker processes
-        envs_per_worker: envs stepped serially by each worker
-        timeouts: recv timeouts in seconds; none is the full batch
-        policies: random, or mlp:H1,H2,...: a torch MLP, so inference cost scales with the batch
-        policy_latencies: a fixed per-call policy cost in seconds (sleep), like a GPU round trip
-        step_time: median step time of the sleep / uniform / straggler envs, seconds
-        seconds: duration of one measurement (when iterations is not set)
-        iterations: steps per env of one measurement (the seed's iterations); replaces seconds
-        repeats: repeats of each measurement; tables show medians, ratios are per repeat
-        seed: seeds the samplers and the policies; repeat k resets its envs with seed + k
-        interleave_groups: open every group's sampler at once and alternate groups each repeat
-    """
+    """What to sweep (the fields of compare.Grid, whose docstrings are their help) and how to
+    report it."""
 
     preset: PresetName | None = None
     """one of PRESETS as the defaults; flags given on the command line override it"""

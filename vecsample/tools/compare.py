@@ -150,17 +150,29 @@ class Grid:
     """Everything one sweep measures: the product of the list fields, ``repeats`` times."""
 
     envs: list[str] = field(default_factory=lambda: ["CartPole-v1", "straggler"])
+    """gymnasium ids, or sleep / uniform / straggler (SlowEnv with that step-time tail)"""
     workers: list[int] = field(default_factory=lambda: [2])
+    """numbers of worker processes"""
     envs_per_worker: list[int] = field(default_factory=lambda: [16])
+    """envs stepped serially by each worker"""
     timeouts: list[float | None] = field(default_factory=lambda: [None, 0.0005])
+    """recv timeouts in seconds; none is the full batch"""
     policies: list[str] = field(default_factory=lambda: ["mlp:64,64"])
+    """random, or mlp:H1,H2,...: a torch MLP, so inference cost scales with the batch"""
     policy_latencies: list[float] = field(default_factory=lambda: [0.0])
+    """a fixed per-call policy cost in seconds (sleep), like a GPU round trip"""
     step_time: float = 2e-4
+    """median step time of the sleep / uniform / straggler envs, seconds"""
     seconds: float = 2.0
+    """duration of one measurement (when iterations is not set)"""
     iterations: int | None = None
+    """steps per env of one measurement (the seed's iterations); replaces seconds"""
     repeats: int = 3
+    """repeats of each measurement; tables show medians, ratios are per repeat"""
     seed: int = 0
+    """seeds the samplers and the policies; repeat k resets its envs with seed + k"""
     interleave_groups: bool = False
+    """open every group's sampler at once and alternate groups each repeat"""
 
     def groups(self) -> Iterator[tuple[str, int, int]]:
         for env in self.envs:
