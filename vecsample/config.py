@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import multiprocessing as mp
 import numbers
 import os
-import threading
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +21,7 @@ import gymnasium as gym
 from vecsample.errors import ConfigError
 from vecsample.protocol import AutoresetMode, EnvFn
 from vecsample.seeding import check_seed
+from vecsample.startup import AUTO, resolve_context
 
 #: Default whole-call deadline (seconds): no call blocks longer, even if a worker hangs.
 DEFAULT_DEADLINE = 300.0
@@ -33,10 +31,9 @@ DEFAULT_DEADLINE = 300.0
 AUTO_SPIN_US = 200.0
 #: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline.
 STARTUP_DEADLINE = 120.0
-#: forkserver: safe with threads in the parent (torch, CUDA), starts workers from a small clean
-#: process instead of copying the trainer's memory, and gives the same picklability rules on
-#: every platform as spawn, while starting faster than spawn once the server is up.
-DEFAULT_CONTEXT = "forkserver"
+#: "auto": fork on Linux while the parent has no other thread (fast, nothing pickled, the main
+#: script is not re-imported), forkserver otherwise (safe with threads and CUDA). startup.py.
+DEFAULT_CONTEXT = AUTO
 
 
 @dataclass(frozen=True)
@@ -69,6 +66,8 @@ class SamplerConfig:
     restart: bool
     max_restarts: int
     spin_s: float
+    #: Blocks may differ by one env when num_workers does not divide num_envs.
+    uneven_split: bool = False
 
     @property
     def num_envs(self) -> int:
@@ -76,12 +75,15 @@ class SamplerConfig:
 
     @property
     def envs_per_worker(self) -> int:
-        return self.num_envs // self.num_workers
+        """The block size (the largest block, with an uneven split)."""
+        return -(-self.num_envs // self.num_workers)
 
     def bounds(self, worker: int) -> tuple[int, int]:
-        """The global env ids ``[lo, hi)`` that ``worker`` steps (a contiguous block)."""
-        lo = worker * self.envs_per_worker
-        return lo, lo + self.envs_per_worker
+        """The global env ids ``[lo, hi)`` that ``worker`` steps (a contiguous block); with an
+        uneven split the first ``num_envs % num_workers`` blocks hold one env more."""
+        base, extra = divmod(self.num_envs, self.num_workers)
+        lo = worker * base + min(worker, extra)
+        return lo, lo + base + (1 if worker < extra else 0)
 
     @classmethod
     def build(
@@ -102,16 +104,17 @@ class SamplerConfig:
         restart: bool = False,
         max_restarts: int = 3,
         spin_us: float | None = None,
+        uneven_split: bool = False,
     ) -> SamplerConfig:
         fns = env_factories(env_fns, num_envs, env_kwargs)
-        workers = check_workers(num_workers, len(fns))
+        workers = check_workers(num_workers, len(fns), uneven_split)
         return cls(
             env_fns=tuple(fns),
             num_workers=workers,
             seed=None if seed is None else check_seed(seed),
             autoreset_mode=check_mode(autoreset_mode),
             infos=bool(infos),
-            context=check_context(context),
+            context=resolve_context(context),
             deadline=check_seconds(deadline, "deadline"),
             threads_per_worker=None if threads_per_worker is None
             else check_int(threads_per_worker, "threads_per_worker"),
@@ -120,6 +123,7 @@ class SamplerConfig:
             restart=bool(restart),
             max_restarts=check_int(max_restarts, "max_restarts", minimum=0),
             spin_s=spin_seconds(spin_us, workers),
+            uneven_split=bool(uneven_split),
         )
 
 
@@ -167,14 +171,18 @@ def env_factories(
     return fns
 
 
-def check_workers(num_workers: Any, num_envs: int) -> int:
-    """``num_workers`` if it is an int >= 1 that divides ``num_envs``."""
+def check_workers(num_workers: Any, num_envs: int, uneven_split: bool = False) -> int:
+    """``num_workers`` if it is an int >= 1 that divides ``num_envs`` (or, with
+    ``uneven_split``, is at most ``num_envs``)."""
     workers = check_int(num_workers, "num_workers")
-    if num_envs % workers:
+    if workers > num_envs:
+        raise ConfigError(name="num_workers", expected=f"at most num_envs={num_envs}",
+                          got=workers, fix="a worker needs at least one env")
+    if num_envs % workers and not uneven_split:
         divisors = [d for d in range(1, num_envs + 1) if num_envs % d == 0]
         raise ConfigError(
             f"num_envs={num_envs} is not divisible by num_workers={workers}; choose "
-            f"num_workers from {divisors}."
+            f"num_workers from {divisors}, or pass uneven_split=True."
         )
     return workers
 
@@ -189,19 +197,6 @@ def check_mode(mode: AutoresetMode | str) -> AutoresetMode:
     except ValueError:
         choices = [m.value for m in AutoresetMode]
         raise ConfigError(name="autoreset_mode", expected=f"one of {choices}", got=mode) from None
-
-
-def check_context(name: str) -> str:
-    """A start method this platform has; warns once about fork with threads running."""
-    methods = mp.get_all_start_methods()
-    if name not in methods:
-        raise ConfigError(name="context", expected=f"one of {methods}", got=name)
-    if name == "fork" and threading.active_count() > 1:
-        # Forking a multi-threaded parent can deadlock the child on a lock held by another
-        # thread; allowed because it is fast and often fine, but the user should know.
-        warnings.warn("context='fork' with threads running in the parent can deadlock workers; "
-                      "prefer 'forkserver'.", RuntimeWarning, stacklevel=4)
-    return name
 
 
 def check_affinity(

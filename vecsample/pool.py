@@ -22,11 +22,14 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+import numpy as np
+
 from vecsample import errors
 from vecsample.config import STARTUP_DEADLINE, SamplerConfig
 from vecsample.protocol import OK_MESSAGE, Command, ErrorReport, Reply, WorkerState, WorkerStates
 from vecsample.results import StepResult
 from vecsample.shm import SharedBuffers
+from vecsample.startup import PickledFactory, check_main_guard
 from vecsample.worker import WorkerSpec, worker_main
 
 
@@ -51,6 +54,7 @@ class WorkerPool:
 
     def start(self) -> None:
         """Starts every worker and waits until all have built their envs."""
+        check_main_guard(self.config.context)
         for w in range(self.config.num_workers):
             proc, conn = self._spawn(w)  # EnvFactoryError: the caller closes the pool
             self.procs.append(proc)
@@ -82,10 +86,13 @@ class WorkerPool:
     def _spawn(self, w: int) -> tuple[BaseProcess, Connection]:
         lo, hi = self.config.bounds(w)
         parent_end, child_end = self._ctx.Pipe(duplex=True)
+        fns = self.config.env_fns[lo:hi]
+        if self.config.context != "fork":  # only fork passes them without pickling
+            fns = tuple(PickledFactory(fn) for fn in fns)
         others = [c for i, c in enumerate(self.conns) if i != w]
         affinity = self.config.cpu_affinity[w]
         spec = WorkerSpec(
-            index=w, env_fns=self.config.env_fns[lo:hi], env_offset=lo, buffers=self._buffers,
+            index=w, env_fns=fns, env_offset=lo, buffers=self._buffers,
             autoreset_mode=self.config.autoreset_mode, infos=self.config.infos,
             threads=self.config.threads_per_worker,
             cpu_affinity=None if affinity is None else list(affinity), parent_pid=os.getpid(),
@@ -158,6 +165,35 @@ class WorkerPool:
             self.states.transition(w, WorkerState.BUSY)
         replies = self.gather(workers, command.name, limit)
         return {w: payload_ for w, (_, payload_) in replies.items()}
+
+    def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None,
+              mask: np.ndarray | None, limit: float | None, workers: Sequence[int] | None = None,
+              ) -> list[dict[str, Any]]:
+        """Resets the envs of ``workers`` (default: those with an env in ``mask``, or all);
+        returns every env's reset info (empty for envs not reset)."""
+        if workers is None:
+            workers = [w for w in range(self.config.num_workers)
+                       if mask is None or mask[slice(*self.config.bounds(w))].any()]
+
+        def payload(w: int) -> object:
+            lo, hi = self.config.bounds(w)
+            return seeds[lo:hi], options, None if mask is None else mask[lo:hi]
+
+        infos: list[dict[str, Any]] = [{} for _ in range(self.config.num_envs)]
+        for w, (reply, lane) in self.request(Command.RESET, workers, payload, limit).items():
+            lo = self.config.bounds(w)[0]
+            for j, info in reply:
+                infos[lo + j] = info
+            if lane:
+                self._buffers.apply_lane(lo, lane)
+        return infos
+
+    def each_env(self, command: Command, payload: Callable[[int, int], object],
+                 limit: float | None) -> list[Any]:
+        """``command`` to every worker with ``payload(lo, hi)`` of its block; one result per env."""
+        workers = range(self.config.num_workers)
+        replies = self.request(command, workers, lambda w: payload(*self.config.bounds(w)), limit)
+        return [x for w in workers for x in replies[w]]
 
     def gather(
         self, workers: Sequence[int], command: str, limit: float | None
@@ -257,8 +293,9 @@ def _stop(proc: BaseProcess) -> None:
 def _pickle_error(exc: Exception, context: str) -> errors.EnvFactoryError:
     return errors.EnvFactoryError(
         f"could not start a worker with context={context!r}: {type(exc).__name__}: {exc}. "
-        f"Under spawn/forkserver every env factory must be picklable: define it at module top "
-        f"level or use functools.partial, not a lambda or local function (or use context='fork')."
+        f"Under spawn/forkserver every env factory must be picklable by cloudpickle "
+        f"(functions, lambdas and closures are; open files, locks and live envs are not): "
+        f"build such objects inside the factory, or use context='fork'."
     )
 
 

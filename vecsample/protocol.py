@@ -1,9 +1,10 @@
 """The parent–worker contract on one page: commands, replies, worker states, autoreset modes.
 
 Steps go through shared memory (``vecsample.handshake``): sequence counters, with pipes only as
-doorbells for a sleeping side, and a pickled ``(Reply.OK, infos)`` or ``(Reply.ERROR, report)``
-on the pipe after a step that has infos or failed. Every other command travels on one duplex
-``multiprocessing.Pipe`` per worker (see docs/architecture.md):
+doorbells for a sleeping side, and a pickled ``(Reply.OK, StepReply)`` or
+``(Reply.ERROR, report)`` on the pipe after a step that has infos, pickled leaves or failed.
+Every other command travels on one duplex ``multiprocessing.Pipe`` per worker
+(see docs/architecture.md):
 
 * parent → worker: a pickled ``(Command, payload)`` tuple (or ``handshake.DOORBELL``, a ring).
 * worker → parent: ``OK_MESSAGE`` (one byte) when a command returned nothing; otherwise a pickled
@@ -11,7 +12,9 @@ on the pipe after a step that has infos or failed. Every other command travels o
   one-byte messages.
 
 Bulk data (actions, observations, rewards, flags, final observations) never travels on the
-pipe: it lives in shared memory (``vecsample.shm``).
+pipe: it lives in shared memory (``vecsample.shm``). The exception is a *pickled leaf*, a space
+with no fixed shape (Text, Graph, Sequence, OneOf, custom): its values ride in the step's reply,
+and its actions in one pickled message the parent sends right after posting the step.
 """
 
 from __future__ import annotations
@@ -157,6 +160,10 @@ OK_MESSAGE = b"\x00"
 #: Infos of one step, sparse: (local env index, step info, reset info or None).
 #: The reset info is set when the env was auto-reset during this step.
 InfoRecord = tuple[int, dict[str, object], "dict[str, object] | None"]
+#: A step's message payload: its info records (None: none) and the pickled leaves' values.
+StepReply = tuple["list[InfoRecord] | None", "dict[str, list[Any]] | None"]
+#: A reset's reply: (local env index, reset info) per env reset, and the pickled leaves' values.
+ResetReply = tuple[list[tuple[int, dict[str, Any]]], "dict[str, list[Any]] | None"]
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 from vecsample import errors
 from vecsample.config import SamplerConfig
 from vecsample.pool import WorkerPool
-from vecsample.protocol import Command, WorkerState
+from vecsample.protocol import WorkerState
 from vecsample.results import StepResult
 from vecsample.seeding import SeedArg, env_seeds, resolve_seeds, restart_seed
 from vecsample.stepping import StepChannel
@@ -109,7 +109,7 @@ class Restarts:
         lo, hi = self._config.bounds(w)
         restarts = sum(1 for worker, _ in self.log if worker == w)
         seeds = [restart_seed(stream, restarts) for stream in self.streams[lo:hi]]
-        reply = self._pool.request(Command.RESET, [w], lambda _: (seeds, None, None),
-                                   self._config.deadline)[w]
+        streams = [None] * lo + seeds  # only worker w's rows are read
+        infos = self._pool.reset(streams, None, None, self._config.deadline, workers=[w])
         self._channel.flag_restarted(w)
-        return list(reply)
+        return [(j, infos[lo + j]) for j in range(hi - lo)]

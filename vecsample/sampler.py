@@ -55,15 +55,18 @@ class VecSampler:
             picklable (module-level functions, ``functools.partial``).
         num_envs: with an env id, how many envs; with factories, optional, must match.
         env_kwargs: keyword arguments for ``gym.make`` with an env id.
-        num_workers: worker processes; must divide the number of envs.
+        num_workers: worker processes; must divide the number of envs, unless
+            ``uneven_split`` (then the blocks differ by at most one env).
         seed: env ``j`` is seeded with child ``j`` of ``SeedSequence(seed)`` on the first
             ``reset()``, whatever the worker split. None: unseeded.
         autoreset_mode: ``"SameStep"`` (default: an ended env is reset in the same step, its
             last observation in ``final_obs``), ``"NextStep"`` (gymnasium's default) or
             ``"Disabled"``; gymnasium's ``AutoresetMode`` works too.
         infos: collect the envs' info dicts (pickled through the pipes; off saves that cost).
-        context: the multiprocessing start method (``forkserver`` by default: safe with
-            threads and CUDA in the parent).
+        context: the start method: ``"auto"`` (default) is fork on Linux while the parent
+            has no other thread, else forkserver; or "fork", "forkserver", "spawn". Factories
+            travel by cloudpickle (lambdas and closures work); spawn and forkserver re-import
+            the main script, which then needs ``if __name__ == "__main__":``.
         deadline: no call blocks longer than this many seconds (None: forever). A worker
             silent past it is reported hung (DeadlineExceededError) or, with ``restart``,
             respawned. Building the envs gets ``max(deadline, 120 s)``.
@@ -79,6 +82,7 @@ class VecSampler:
         max_restarts: restarts allowed over the sampler's life (one more: RestartLimitError).
         spin_us: microseconds both sides poll shared memory before sleeping on a pipe
             (None: 200 while every worker can have a core of its own, else 0).
+        uneven_split: allow a num_workers that does not divide the envs.
 
     Raises:
         ConfigError: an argument that cannot work (the message says which and how to fix it).
@@ -115,6 +119,7 @@ class VecSampler:
         restart: bool = False,
         max_restarts: int = 3,
         spin_us: float | None = None,
+        uneven_split: bool = False,
     ) -> None:
         self._closed = True  # until the workers are up; close() is then a no-op
         c = self.config = SamplerConfig.build(
@@ -122,7 +127,7 @@ class VecSampler:
             seed=seed, autoreset_mode=autoreset_mode, infos=infos, context=context,
             deadline=deadline, threads_per_worker=threads_per_worker,
             cpu_affinity=cpu_affinity, check_actions=check_actions, restart=restart,
-            max_restarts=max_restarts, spin_us=spin_us,
+            max_restarts=max_restarts, spin_us=spin_us, uneven_split=uneven_split,
         )
         self.num_envs, self.num_workers, self.envs_per_worker = (
             c.num_envs, c.num_workers, c.envs_per_worker)
@@ -173,7 +178,8 @@ class VecSampler:
         start = time.perf_counter()
         w = self._states.index(worker, self._closed)
         self._expect_idle(w, "step_send")
-        self._actions.write(actions, self._channel.views[w].action_leaves, self.envs_per_worker)
+        lo, hi = self.config.bounds(w)
+        self._actions.write(actions, self._channel.views[w].action_leaves, hi - lo)
         self._channel.post(w)
         self._channel.ring((w,))
         self._meter.timers["send_s"] += time.perf_counter() - start
@@ -248,37 +254,23 @@ class VecSampler:
         self._expect_all_idle("reset")
         flags = _check_mask(mask, self.num_envs)
         seeds = self._restarts.seeds_for_reset(seed)
-        workers = [w for w in range(self.num_workers)
-                   if flags is None or flags[slice(*self.config.bounds(w))].any()]
-
-        def payload(w: int) -> object:
-            lo, hi = self.config.bounds(w)
-            return seeds[lo:hi], options, None if flags is None else flags[lo:hi]
-
-        infos: Infos = [{} for _ in range(self.num_envs)]
-        for w, reply in self._request(Command.RESET, workers, payload).items():
-            for j, info in reply:
-                infos[self.config.bounds(w)[0] + j] = info
+        infos = self._pool.reset(seeds, options, flags, self.deadline)
         return self._channel.all_views.obs, infos
 
     def reset_task(self, tasks: Sequence[object]) -> None:
         """Gives env j the task ``tasks[j]`` through ``env.unwrapped.reset_task``."""
         tasks = _per_env(tasks, self.num_envs, "tasks")
-        self._request(Command.RESET_TASK, range(self.num_workers),
-                      lambda w: tasks[slice(*self.config.bounds(w))])
+        self._each(Command.RESET_TASK, lambda lo, hi: tasks[lo:hi])
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Calls ``name`` on every env (or reads it, if not callable); one result per env."""
         name = _check_name(name)
-        replies = self._request(Command.CALL, range(self.num_workers),
-                                lambda w: (name, args, kwargs))
-        return [x for w in range(self.num_workers) for x in replies[w]]
+        return self._each(Command.CALL, lambda lo, hi: (name, args, kwargs))
 
     def get_attr(self, name: str) -> list[Any]:
         """The attribute ``name`` of every env, through its wrappers; one value per env."""
         name = _check_name(name)
-        replies = self._request(Command.GET_ATTR, range(self.num_workers), lambda w: name)
-        return [x for w in range(self.num_workers) for x in replies[w]]
+        return self._each(Command.GET_ATTR, lambda lo, hi: name)
 
     def set_attr(self, name: str, values: object) -> None:
         """Sets ``name`` on every env: a list gives one value per env, anything else is shared."""
@@ -287,13 +279,11 @@ class VecSampler:
             per_env = _per_env(values, self.num_envs, "values")
         else:
             per_env = [values] * self.num_envs
-        self._request(Command.SET_ATTR, range(self.num_workers),
-                      lambda w: (name, per_env[slice(*self.config.bounds(w))]))
+        self._each(Command.SET_ATTR, lambda lo, hi: (name, per_env[lo:hi]))
 
-    def _request(self, command: Command, workers: Sequence[int],
-                 payload: Callable[[int], object]) -> dict[int, Any]:
+    def _each(self, command: Command, payload: Callable[[int, int], object]) -> list[Any]:
         self._expect_all_idle(command.name.lower())
-        return self._pool.request(command, workers, payload, self.deadline)
+        return self._pool.each_env(command, payload, self.deadline)
 
     # --- state checks ----------------------------------------------------------------------------
 

@@ -20,6 +20,9 @@ from gymnasium import spaces
 from vecsample.handshake import CONTROL_WORDS, control_rows
 from vecsample.spaces import Leaf, leaves, unflatten
 
+#: The values of pickled leaves for a block of rows, by buffer name ("obs0", "act1", ...).
+Lane = dict[str, list[Any]]
+
 #: Per-worker profile counters kept in shared memory (seconds stepping envs, env steps done).
 STAT_FIELDS = ("env_step_s", "env_steps")
 
@@ -60,18 +63,25 @@ class SharedBuffers:
     obs_leaves: list[Leaf] = field(init=False)
     action_leaves: list[Leaf] = field(init=False)
     raws: dict[str, Any] = field(init=False)
+    #: Pickled leaves (not shared): one object array per leaf and field, each process its own
+    #: copy; the pipe carries their values (see ``lane`` and docs/semantics.md).
+    local: dict[str, np.ndarray] = field(init=False)
 
     def __post_init__(self) -> None:
         self.obs_leaves = leaves(self.observation_space)
         self.action_leaves = leaves(self.action_space)
         n = self.num_envs
         raws: dict[str, Any] = {}
-        for i, leaf in enumerate(self.obs_leaves):
-            nbytes = n * leaf.dtype.itemsize * int(np.prod(leaf.shape, dtype=np.int64))
-            raws[f"obs{i}"] = _raw(nbytes)
-            raws[f"final_obs{i}"] = _raw(nbytes)
-        for i, leaf in enumerate(self.action_leaves):
-            raws[f"act{i}"] = _raw(n * leaf.dtype.itemsize * int(np.prod(leaf.shape)))
+        self.local = {}
+        for prefixes, leaf_list in ((("obs", "final_obs"), self.obs_leaves),
+                                    (("act",), self.action_leaves)):
+            for i, leaf in enumerate(leaf_list):
+                for prefix in prefixes:
+                    if leaf.shared:
+                        nbytes = n * leaf.dtype.itemsize * int(np.prod(leaf.shape, dtype=np.int64))
+                        raws[f"{prefix}{i}"] = _raw(nbytes)
+                    else:
+                        self.local[f"{prefix}{i}"] = np.empty(n, dtype=object)
         raws["rewards"] = _raw(n * 8)
         for name in ("terminated", "truncated", "has_final_obs", "restarted"):
             raws[name] = _raw(n)
@@ -84,12 +94,9 @@ class SharedBuffers:
         """Views of rows [lo, hi); zero-copy, valid as long as this object lives."""
         hi = self.num_envs if hi is None else hi
         n = self.num_envs
-        obs = [_view(self.raws[f"obs{i}"], lf.dtype, (n, *lf.shape))[lo:hi]
-               for i, lf in enumerate(self.obs_leaves)]
-        fin = [_view(self.raws[f"final_obs{i}"], lf.dtype, (n, *lf.shape))[lo:hi]
-               for i, lf in enumerate(self.obs_leaves)]
-        act = [_view(self.raws[f"act{i}"], lf.dtype, (n, *lf.shape))[lo:hi]
-               for i, lf in enumerate(self.action_leaves)]
+        obs = [self._leaf(f"obs{i}", lf)[lo:hi] for i, lf in enumerate(self.obs_leaves)]
+        fin = [self._leaf(f"final_obs{i}", lf)[lo:hi] for i, lf in enumerate(self.obs_leaves)]
+        act = [self._leaf(f"act{i}", lf)[lo:hi] for i, lf in enumerate(self.action_leaves)]
         flag = np.dtype(np.bool_)
         return Views(
             obs_leaves=obs,
@@ -103,6 +110,28 @@ class SharedBuffers:
             has_final_obs=_view(self.raws["has_final_obs"], flag, (n,))[lo:hi],
             restarted=_view(self.raws["restarted"], flag, (n,))[lo:hi],
         )
+
+    def _leaf(self, name: str, leaf: Leaf) -> np.ndarray:
+        if not leaf.shared:
+            return self.local[name]
+        return _view(self.raws[name], leaf.dtype, (self.num_envs, *leaf.shape))
+
+    @property
+    def has_lane(self) -> bool:
+        """Whether any leaf is pickled: steps then carry a lane message on the pipe."""
+        return bool(self.local)
+
+    def lane(self, lo: int, hi: int, fields: tuple[str, ...] = ("obs", "final_obs")) -> Lane:
+        """The pickled leaves' values of rows [lo, hi), to send to the other process."""
+        return {name: list(arr[lo:hi]) for name, arr in self.local.items()
+                if name.rstrip("0123456789") in fields}
+
+    def apply_lane(self, lo: int, lane: Lane) -> None:
+        """Writes a lane received from the other process into this process's rows."""
+        for name, values in lane.items():
+            arr = self.local[name]
+            for j, value in enumerate(values):
+                arr[lo + j] = value
 
     def control(self) -> np.ndarray:
         """The step handshake's (num_workers + 1, CONTROL_WORDS) int64 words (handshake.py)."""

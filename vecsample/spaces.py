@@ -1,9 +1,11 @@
-"""Spaces as flat lists of fixed-shape leaves, so every step's data fits in shared memory.
+"""Spaces as flat lists of leaves, so every step's fixed-shape data fits in shared memory.
 
-A space is flattened depth-first into ``Leaf`` entries (Box, Discrete, MultiDiscrete,
-MultiBinary), and nested Dict/Tuple values are taken apart and put back together in the same
-order. Anything else is refused at construction with ``UnsupportedSpaceError``: it would need
-pickling on every step.
+A space is flattened depth-first into ``Leaf`` entries, and nested Dict/Tuple values are taken
+apart and put back together in the same order. Box, Discrete, MultiDiscrete and MultiBinary
+leaves have a fixed shape and dtype: they live in shared memory. Any other space (Text, Graph,
+Sequence, OneOf, a custom Space) is a *pickled* leaf: one Python object per env, carried through
+the worker's pipe with the step (docs/semantics.md, "Spaces and their lanes"). Only something
+that is not a gymnasium Space at all is refused, with ``UnsupportedSpaceError``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from vecsample.errors import (
 #: Actions as a caller passes them: array-likes with one row per env, nested like the space.
 Actions = npt.ArrayLike | Mapping[str, "Actions"] | tuple["Actions", ...]
 
-SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple nesting those"
+SHARED = "Box, Discrete, MultiDiscrete, MultiBinary"
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Leaf:
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
     space: spaces.Space[Any]
+    #: False: one Python object per env, pickled through the pipe (dtype object, shape ()).
+    shared: bool = True
 
     @property
     def name(self) -> str:
@@ -46,11 +50,15 @@ class Leaf:
 
 @singledispatch
 def leaves(space: object, path: tuple[str | int, ...] = ()) -> list[Leaf]:
-    """The leaves of ``space`` in depth-first order; raises for unsupported spaces."""
+    """The leaves of ``space`` in depth-first order: shared ones for Box, Discrete,
+    MultiDiscrete and MultiBinary, a pickled one
+    for any other Space; anything that is not a Space raises UnsupportedSpaceError."""
+    if isinstance(space, spaces.Space):
+        return [Leaf(path, (), np.dtype(object), space, shared=False)]
     where = f" at {'/'.join(map(str, path))}" if path else ""
     raise UnsupportedSpaceError(
-        f"{type(space).__name__}{where} cannot live in shared memory; vecsample supports "
-        f"{SUPPORTED}. Wrap the env to expose one of those (e.g. flatten the space)."
+        f"expected a gymnasium.spaces.Space{where}, got {type(space).__name__} ({space!r}); "
+        f"give the env an observation_space and action_space from gymnasium.spaces."
     )
 
 
@@ -140,6 +148,8 @@ def check_action_leaf(
 
     ``bounds``: the leaf's ``bounds_checker`` (None: trust the values, ``check_actions=False``).
     """
+    if not leaf.shared:
+        return _object_batch(leaf, value, batch, bounds)
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
     if arr.shape != (batch, *leaf.shape):
         raise ActionShapeError(
@@ -177,7 +187,29 @@ class ActionWriter:
                      in zip(self._leaves, flatten(self._space, actions), self._bounds,
                             strict=True)]
         for view, part in zip(views, parts, strict=True):
-            np.copyto(view, part, casting="same_kind")
+            if view.dtype == object:
+                view[:] = part  # a pickled leaf: one object per env, no casting
+            else:
+                np.copyto(view, part, casting="same_kind")
+
+
+def _object_batch(leaf: Leaf, value: Any, batch: int,
+                  bounds: Callable[[np.ndarray], None] | None) -> np.ndarray:
+    """A pickled leaf's actions as a (batch,) object array: a sequence of one object per env."""
+    items = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if items is None or len(items) != batch:
+        got = f"{type(value).__name__} of length {len(items)}" if items is not None else (
+            type(value).__name__)
+        raise ActionShapeError(
+            f"action {leaf.name!r}: expected a sequence of {batch} actions of {leaf.space} "
+            f"(one per env), got {got}. Pass a tuple or list with one action per env."
+        )
+    arr = np.empty(batch, dtype=object)
+    for i, item in enumerate(items):
+        arr[i] = item
+    if bounds is not None:
+        bounds(arr)
+    return arr
 
 
 def bounds_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
@@ -187,11 +219,24 @@ def bounds_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
     over a list for small integer batches, numpy's reductions otherwise; per-element bounds and
     the error message take the slower elementwise path.
     """
+    if not leaf.shared:
+        return _contains_checker(leaf)
     # Walk the MRO so user subclasses of Box/Discrete/... are checked like their base.
     for cls in type(leaf.space).__mro__:
         if cls in _BOUNDS:
             return _BOUNDS[cls](leaf)
     raise UnsupportedSpaceError(f"no bounds check for {type(leaf.space).__name__}")
+
+
+def _contains_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
+    """A pickled leaf: each env's action must be in the space (``space.contains``)."""
+
+    def check(arr: np.ndarray) -> None:
+        bad = np.array([not leaf.space.contains(x) for x in arr], dtype=bool)
+        if bad.any():
+            raise _out_of_space(leaf, bad, arr, "space.contains() is False")
+
+    return check
 
 
 _amin, _amax = np.minimum.reduce, np.maximum.reduce

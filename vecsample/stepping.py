@@ -30,6 +30,8 @@ class StepChannel:
         self._config = config
         self._pool = pool
         self._states = pool.states
+        self._buffers = buffers
+        self._action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
         self._hs = ParentSide(buffers.control(), config.num_workers, pool.ring_reader,
                               config.spin_s, ordered)
         #: Views of every env's rows, and of each worker's block.
@@ -53,6 +55,18 @@ class StepChannel:
                 continue
             try:
                 self._pool.conns[w].send_bytes(DOORBELL)
+            except OSError as exc:
+                raise self._pool.died(w, "STEP", []) from exc
+        if self._action_lane:
+            self._send_actions(workers)
+
+    def _send_actions(self, workers: Sequence[int]) -> None:
+        """The pickled action leaves of ``workers``, after their post (worker.py reads them)."""
+        for w in workers:
+            lo, hi = self._config.bounds(w)
+            message = pickle.dumps(self._buffers.lane(lo, hi, ("act",)), pickle.HIGHEST_PROTOCOL)
+            try:
+                self._pool.conns[w].send_bytes(message)
             except OSError as exc:
                 raise self._pool.died(w, "STEP", []) from exc
 
@@ -101,7 +115,9 @@ class StepChannel:
             tag, payload = pickle.loads(message)
             if tag is Reply.ERROR:
                 raise self._pool.failed(w, payload, results)
-            records = payload
+            records, lane = payload
+            if lane:
+                self._buffers.apply_lane(self._config.bounds(w)[0], lane)
         self._states.transition(w, WorkerState.IDLE)
         result = self.result_of(w, copy)
         _add_infos(result, records)

@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample.handshake import REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
+from vecsample.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
 from vecsample.protocol import (
     OK_MESSAGE,
     AutoresetMode,
@@ -34,8 +34,9 @@ from vecsample.protocol import (
     ErrorReport,
     InfoRecord,
     Reply,
+    ResetReply,
 )
-from vecsample.shm import SharedBuffers, Views
+from vecsample.shm import Lane, SharedBuffers, Views
 from vecsample.spaces import flatten, unflatten
 
 #: How often the watchdog thread checks that the parent is still alive (seconds).
@@ -169,6 +170,9 @@ class _Worker:
         self.side = self._side()
         self.write_obs = self._writer(self.views.obs_leaves)
         self.write_final = self._writer(self.views.final_obs_leaves)
+        buffers = spec.buffers  # pickled leaves travel on the pipe (shm.SharedBuffers.lane)
+        self.obs_lane = any(not leaf.shared for leaf in buffers.obs_leaves)
+        self.action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
 
     def _side(self) -> WorkerSide | None:
         if self.spec.ring_writer is None:
@@ -203,28 +207,13 @@ class _Worker:
             for j, env_fn in enumerate(self.spec.env_fns):
                 self.current_env = j
                 self.envs.append(env_fn())
-            self._check_spaces()
+            _check_spaces(self.envs, self.spec.buffers, self)
         except BaseException:
             self._send_error("BUILD")
             return False
         self.current_env = None
         self.conn.send_bytes(pickle.dumps((Reply.READY, None)))
         return True
-
-    def _check_spaces(self) -> None:
-        buffers = self.spec.buffers
-        for j, env in enumerate(self.envs):
-            self.current_env = j
-            if env.observation_space != buffers.observation_space:
-                raise ValueError(
-                    f"env built observation_space {env.observation_space}, expected "
-                    f"{buffers.observation_space} (the first env's); all envs must match."
-                )
-            if env.action_space != buffers.action_space:
-                raise ValueError(
-                    f"env built action_space {env.action_space}, expected "
-                    f"{buffers.action_space} (the first env's); all envs must match."
-                )
 
     def serve(self) -> None:
         assert self.side is not None
@@ -246,8 +235,11 @@ class _Worker:
         """A step posted through shared memory: step, publish, then send infos if any."""
         assert self.side is not None
         try:
+            if self.action_lane:
+                _receive_actions(self.conn, self.spec)
             records = self._step(None)
-            message = None if records is None else self._dumps_infos(records)
+            lane = _lane(self.spec, self.count) if self.obs_lane else None
+            message = None if records is None and lane is None else _dumps_step(records, lane)
         except Exception:
             self.side.finish(REPLY_MESSAGE)
             self._send_error("STEP")
@@ -256,13 +248,6 @@ class _Worker:
         if message is not None:
             # Sent after the step is published: a large pickle may need the parent reading.
             self.conn.send_bytes(message)
-
-    @staticmethod
-    def _dumps_infos(records: list[InfoRecord]) -> bytes:
-        try:
-            return pickle.dumps((Reply.OK, records), pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:
-            raise TypeError(f"the step's infos cannot be pickled to the parent: {exc}") from exc
 
     def _run(self, command: Command, handler: Callable[[Any], Any], payload: Any) -> None:
         try:
@@ -385,7 +370,7 @@ class _Worker:
 
     # --- synchronous commands --------------------------------------------------------------------
 
-    def _reset(self, payload: tuple[list[Any], Any, Any]) -> list[tuple[int, dict[str, Any]]]:
+    def _reset(self, payload: tuple[list[Any], Any, Any]) -> ResetReply:
         seeds, options, mask = payload
         infos: list[tuple[int, dict[str, Any]]] = []
         v = self.views
@@ -400,7 +385,7 @@ class _Worker:
             self.ended[j] = False
             infos.append((j, info))
         self.current_env = None
-        return infos
+        return infos, (_lane(self.spec, self.count) if self.obs_lane else None)
 
     def _reset_task(self, tasks: Sequence[Any]) -> list[None]:
         for j, (env, task) in enumerate(zip(self.envs, tasks, strict=True)):
@@ -440,3 +425,42 @@ class _Worker:
             env.set_wrapper_attr(name, value)
         self.current_env = None
         return [None] * self.count
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _check_spaces(envs: list[gym.Env[Any, Any]], buffers: SharedBuffers, worker: _Worker) -> None:
+    for j, env in enumerate(envs):
+        worker.current_env = j
+        if env.observation_space != buffers.observation_space:
+            raise ValueError(
+                f"env built observation_space {env.observation_space}, expected "
+                f"{buffers.observation_space} (the first env's); all envs must match."
+            )
+        if env.action_space != buffers.action_space:
+            raise ValueError(
+                f"env built action_space {env.action_space}, expected "
+                f"{buffers.action_space} (the first env's); all envs must match."
+            )
+
+
+def _dumps_step(records: list[InfoRecord] | None, lane: Lane | None) -> bytes:
+    try:
+        return pickle.dumps((Reply.OK, (records, lane)), pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        what = "infos" if lane is None else "infos or observations"
+        raise TypeError(f"the step's {what} cannot be pickled to the parent: {exc}") from exc
+
+
+def _lane(spec: WorkerSpec, count: int) -> Lane:
+    """This worker's pickled observation leaves, to send with a step or reset reply."""
+    return spec.buffers.lane(spec.env_offset, spec.env_offset + count)
+
+
+def _receive_actions(conn: Connection, spec: WorkerSpec) -> None:
+    """The pickled action leaves, sent by the parent right after it posted the step."""
+    message = conn.recv_bytes()
+    while message == DOORBELL:  # a ring that raced with our own look at the counter
+        message = conn.recv_bytes()
+    spec.buffers.apply_lane(spec.env_offset, pickle.loads(message))
