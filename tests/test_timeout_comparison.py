@@ -6,7 +6,10 @@ the measured numbers live in docs/timeout.md.
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
+import statistics
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -134,3 +137,115 @@ def test_interleaved_groups_take_turns_each_repeat():
     assert all(r.steps_sent == r.steps_received > 0 for r in results)
     rows = tc.scaling(results)
     assert [row["workers"] for row in rows] == [1, 2] and rows[0]["x fewest workers"] == 1.0
+
+
+# --- the report of ``vecsample compare`` ---------------------------------------------------------
+
+#: The columns of the report after the row name; the legend explains each on its own line.
+COLUMNS = ("steps/s", "× full", "per repeat", "W/recv", "calls/1k", "wait %", "policy %")
+
+
+def check_layout(text: str) -> None:
+    """At most 100 columns, no trailing spaces, one number format: no exponent, and every number
+    from 1,000 up with thousands separators."""
+    for line in text.splitlines():
+        assert len(line) <= 100, line
+        assert line == line.rstrip(), repr(line)
+    assert not re.search(r"\d[eE][+-]?\d", text), "a number in e notation"
+    assert not re.search(r"(?<![\d.,])\d{4,}", text), "a number without thousands separators"
+
+
+def cells(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+def compare_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    compare.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_compare_report_reads_at_a_glance(tmp_path, capsys):
+    out = tmp_path / "compare.json"
+    argv = ["--envs", "sleep", "straggler", "--envs-per-worker", "1", "--policies", "random",
+            "--step-time", "0.0005", "--seconds", "0.1", "--repeats", "3", "--no-progress",
+            "--json", str(out)]
+    assert compare.run(compare_args(argv)) == 0
+    text, results = capsys.readouterr().out, json.loads(out.read_text())
+    check_layout(text)
+    lines = text.splitlines()
+    for column in COLUMNS:  # the legend: one line per column
+        assert sum(line.startswith(f"  {column}  ") for line in lines) == 1, column
+    for k, env in enumerate(("sleep", "straggler")):
+        full = {r["repeat"]: r["steps_per_s"] for r in results
+                if r["env"] == env and r["timeout"] is None}
+        part = {r["repeat"]: r["steps_per_s"] for r in results
+                if r["env"] == env and r["timeout"] == 0.0005}
+        ratios = [part[i] / full[i] for i in full]
+        x = statistics.median(ratios)
+        start = lines.index(f"{env}: W = 2 workers × 1 envs, policy random")
+        full_row, part_row = cells(lines[start + 2]), cells(lines[start + 3])
+        assert full_row[:3] == ["full batches", f"{statistics.median(full.values()):,.0f}", "1.00"]
+        assert part_row[:4] == ["partial batches (timeout 0.5 ms)",
+                                f"{statistics.median(part.values()):,.0f}", f"{x:.2f}",
+                                f"{min(ratios):.2f}–{max(ratios):.2f}"]
+        # The ratio of the two medians shown lies within the per-repeat range shown.
+        shown = statistics.median(part.values()) / statistics.median(full.values())
+        assert min(ratios) <= shown <= max(ratios)
+        winner = (f"{env}: partial (0.5 ms) {x:.2f}× full batches" if x > 1
+                  else f"{env}: full batches {1 / x:.2f}× partial (0.5 ms)")
+        assert lines[len(lines) - 2 + k].startswith(winner), (lines[-2:], winner)
+
+
+def fake(env: str, timeout: float | None, repeat: int, steps_per_s: float) -> compare.LoopResult:
+    return compare.LoopResult(
+        env=env, timeout=timeout, workers=2, envs_per_worker=4, steps=800, seconds=1.0,
+        steps_per_s=steps_per_s, workers_per_recv=2.0, policy_calls_per_1000_steps=125.0,
+        wait_s=0.5, policy_s=0.1, env_step_s=1.0, steps_sent=800, steps_received=800,
+        policy="random", repeat=repeat)
+
+
+def test_report_names_the_winner_and_its_factor_per_env():
+    rates = {  # env: per repeat, (full, partial 0.5 ms, partial 0.1 ms) steps/s
+        "a": [(1000.0, 1500.0, 2000.0), (1000.0, 1500.0, 2500.0), (1200.0, 1500.0, 1800.0)],
+        "b": [(93290.0, 45000.0, 40000.0), (90000.0, 60000.0, 40000.0),
+              (80000.0, 100000.0, 40000.0)],
+    }
+    results = [fake(env, t, i, rate) for env, reps in rates.items() for i, rep in enumerate(reps)
+               for t, rate in zip((None, 0.0005, 0.0001), rep, strict=True)]
+    text = compare.report(results)
+    check_layout(text)
+    assert "90,000" in text and "partial batches (timeout 0.1 ms)" in text
+    assert text.splitlines()[-2:] == [
+        "a: partial (0.1 ms, best of 2) 2.00× full batches; per repeat 1.50–2.50",
+        "b: full batches 1.50× partial (0.5 ms, best of 2); per repeat 0.80–2.07, not all agree",
+    ]
+
+
+def test_a_long_conclusion_leaves_out_the_range_to_fit_100_columns():
+    results = []
+    for policy, latency in (("random", 0.0), ("mlp:64,64", 0.001)):  # labels name the policy
+        for i, rep in enumerate([(1000.0, 900.0), (1000.0, 1100.0), (1000.0, 800.0)]):
+            for t, rate in zip((None, 0.0005), rep, strict=True):
+                results.append(fake("HalfCheetahVel-v5", t, i, rate))
+                results[-1].policy, results[-1].policy_latency = policy, latency
+    text = compare.report(results)
+    check_layout(text)
+    assert text.splitlines()[-1] == ("HalfCheetahVel-v5 (2 × 4, mlp:64,64+1ms): full batches "
+                                     "1.11× partial (0.5 ms)")
+
+
+def test_format_table_never_writes_an_exponent():
+    rows = [{"name": "x", "steps/s": 93290.4, "timeout": 1e-05, "ratio": 0.66961, "note": "a"},
+            {"name": "y", "steps/s": 12.0, "timeout": 0.5, "ratio": 1.0, "note": "longer"}]
+    lines = compare.format_table(rows).splitlines()
+    assert cells(lines[1]) == ["x", "93,290", "0.00001", "0.6696", "a"]
+    assert lines[1].endswith("0.6696  a") and lines[2].endswith("     1  longer")  # numbers right
+    assert all(line == line.rstrip() for line in lines)
+
+
+def test_every_option_of_compare_has_help():
+    parser = argparse.ArgumentParser()
+    compare.add_arguments(parser)
+    for action in parser._actions:
+        assert action.help, f"{action.option_strings} has no help text"

@@ -4,7 +4,8 @@ The sampling loop of the design card: send to every worker, ``step_recv(timeout)
 policy once on whatever came back, send those workers again. ``timeout=None`` is the full batch;
 a small float is the partial batch. Reports steps/s, workers per recv, policy calls per 1000
 steps and where the time went (wait / policy / send / env), and checks that every step sent was
-received. The default is a small preset (CartPole and a straggler env, 2 workers, < 1 minute);
+received; the table has a legend and ends with one line per env saying which batches won and by
+how much. The default is a small preset (CartPole and a straggler env, 2 workers, < 1 minute);
 the options reach the whole experiment of experiments/timeout_comparison.py (docs/timeout.md).
 
 Timeouts of one (env, workers, envs per worker) group share one sampler and are interleaved
@@ -19,7 +20,7 @@ import functools
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "mlp_policy",
     "parse_hidden",
     "random_policy",
+    "report",
     "sampling_loop",
     "summarize",
     "sweep",
@@ -259,7 +261,8 @@ def _key(r: LoopResult) -> tuple[Any, ...]:
 
 def summarize(results: Sequence[LoopResult]) -> list[dict[str, Any]]:
     """One row per configuration: medians over repeats; ``x full`` is the median of the
-    per-repeat ratio to the full batch of the same repeat (side by side)."""
+    per-repeat ratio to the full batch of the same repeat (side by side), ``x full min`` and
+    ``x full max`` the lowest and highest of those ratios."""
     full = {(*_key(r), r.repeat): r.steps_per_s for r in results if r.timeout is None}
     rows: dict[tuple[Any, ...], list[LoopResult]] = {}
     for r in results:
@@ -271,6 +274,7 @@ def _row(rs: list[LoopResult], full: dict[tuple[Any, ...], float]) -> dict[str, 
     r0 = rs[0]
     ratios = [r.steps_per_s / full[(*_key(r), r.repeat)] for r in rs
               if (*_key(r), r.repeat) in full]
+    nan = float("nan")
     busy = [r.wait_s + r.policy_s + r.send_s for r in rs]
     return {
         "env": r0.env, "policy": r0.policy + (f"+{r0.policy_latency * 1e3:g}ms"
@@ -278,7 +282,8 @@ def _row(rs: list[LoopResult], full: dict[tuple[Any, ...], float]) -> dict[str, 
         "W x n": f"{r0.workers}x{r0.envs_per_worker}",
         "timeout": "full" if r0.timeout is None else r0.timeout,
         "steps/s": float(np.median([r.steps_per_s for r in rs])),
-        "x full": float(np.median(ratios)) if ratios else float("nan"),
+        "x full": float(np.median(ratios)) if ratios else nan,
+        "x full min": min(ratios, default=nan), "x full max": max(ratios, default=nan),
         "workers/recv": float(np.median([r.workers_per_recv for r in rs])),
         "calls/1k": float(np.median([r.policy_calls_per_1000_steps for r in rs])),
         "wait %": float(np.median([100 * r.wait_s / r.seconds for r in rs])),
@@ -288,14 +293,128 @@ def _row(rs: list[LoopResult], full: dict[tuple[Any, ...], float]) -> dict[str, 
     }
 
 
+def plain(x: float) -> str:
+    """Any float in one format, never an exponent: thousands separators from 1,000 up, else 4
+    significant digits (``nan`` is ``-``)."""
+    if not math.isfinite(x):
+        return "-"
+    if abs(x) >= 999.5:
+        return f"{x:,.0f}"
+    return np.format_float_positional(x, precision=4, unique=False, fractional=False, trim="-")
+
+
+def columns(header: Sequence[str], cells: Sequence[Sequence[str]],
+            right: Container[int] = ()) -> list[str]:
+    """Lines of a plain text table: columns two spaces apart, those in ``right`` (numbers)
+    right-aligned, no trailing spaces."""
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+
+    return [line(header), *(line(row) for row in cells)]
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """A plain text table; floats with 4 significant digits."""
+    """Any rows of one set of keys as a plain text table; floats in the format of ``plain``,
+    right-aligned."""
     cols = list(rows[0])
-    cells = [[f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
-    lines += ["  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
+    cells = [[plain(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols] for r in rows]
+    right = {i for i, c in enumerate(cols) if all(isinstance(r[c], int | float) for r in rows)}
+    return "\n".join(columns(cols, cells, right))
+
+
+# --- the report of ``vecsample compare`` ---------------------------------------------------------
+
+
+def milliseconds(seconds: float) -> str:
+    """``0.0005`` -> ``0.5 ms``: fixed decimals, trailing zeros dropped, never an exponent."""
+    return f"{seconds * 1e3:.6f}".rstrip("0").rstrip(".") + " ms"
+
+
+def batches(timeout: float | str | None) -> str:
+    """The name of a row: ``full batches`` or ``partial batches (timeout 0.5 ms)``."""
+    if timeout is None or timeout == "full":
+        return "full batches"
+    return f"partial batches (timeout {milliseconds(float(timeout))})"
+
+
+REPORT_HEADER = ("batches", "steps/s", "× full", "per repeat", "W/recv", "calls/1k", "wait %",
+                 "policy %")
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    """One row of the report: steps/s with separators, ratios and W/recv with 2 decimals, calls
+    and percentages with 1."""
+    x, lo, hi = row["x full"], row["x full min"], row["x full max"]
+    spread = "" if row["timeout"] == "full" or not math.isfinite(lo) else f"{lo:.2f}–{hi:.2f}"
+    return [batches(row["timeout"]), f"{row['steps/s']:,.0f}",
+            f"{x:.2f}" if math.isfinite(x) else "-", spread, f"{row['workers/recv']:.2f}",
+            f"{row['calls/1k']:.1f}", f"{row['wait %']:.1f}", f"{row['policy %']:.1f}"]
+
+
+def _blocks(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """The summary rows by (env, policy, W x n): one sampler each, its timeouts side by side."""
+    blocks: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        blocks.setdefault((row["env"], row["policy"], row["W x n"]), []).append(row)
+    return blocks
+
+
+def legend(repeats: int) -> list[str]:
+    """What each column of the report means, one line each."""
+    return [
+        f"Medians of {repeats} repeats; in each repeat the rows of a block take turns on one "
+        "sampler.",
+        "  full batches     step_recv(None): wait for every worker, one policy call for all",
+        "  partial batches  step_recv(timeout): the first worker back and any others within the "
+        "timeout",
+        "  steps/s          env steps per second",
+        "  × full           median over repeats of steps/s ÷ full batches' steps/s in the same "
+        "repeat",
+        "  per repeat       lowest–highest of those ratios; the ratio of the steps/s shown lies "
+        "within",
+        "  W/recv           workers per step_recv, of the W above (full batches: all W)",
+        "  calls/1k         policy calls per 1,000 env steps",
+        "  wait %           share of the parent's time waiting in step_recv",
+        "  policy %         share of the parent's time in the policy (the rest: send, bookkeeping)",
+    ]
+
+
+def conclusion(label: str, rows: list[dict[str, Any]]) -> str:
+    """``CartPole-v1: full batches 1.12× partial (0.5 ms); per repeat 1.05–1.20``: the best
+    partial row against the full one, by the median of the per-repeat ratios (``× full``). The
+    per-repeat range is left out where it would take the line past 100 characters."""
+    partial = [r for r in rows if r["timeout"] != "full" and math.isfinite(r["x full"])]
+    if not partial:
+        return f"{label}: no full and partial batches side by side to compare"
+    best = max(partial, key=lambda r: r["x full"])
+    x, lo, hi = best["x full"], best["x full min"], best["x full max"]
+    best_of = f", best of {len(partial)}" if len(partial) > 1 else ""
+    which = f"partial ({milliseconds(best['timeout'])}{best_of})"
+    if x > 1:
+        text = f"{label}: {which} {x:.2f}× full batches"
+    else:
+        text, lo, hi = f"{label}: full batches {1 / x:.2f}× {which}", 1 / hi, 1 / lo
+    spread = f"; per repeat {lo:.2f}–{hi:.2f}" + (", not all agree" if lo < 1 else "")
+    return text + spread if lo != hi and len(text + spread) <= 100 else text
+
+
+def report(results: Sequence[LoopResult]) -> str:
+    """The output of ``vecsample compare``: a block per (env, policy, workers × envs), the
+    legend, then one line per block saying which batches won and by how much."""
+    blocks = _blocks(summarize(results))
+    repeats = len({r.repeat for r in results})
+    envs = [env for env, _, _ in blocks]
+    lines, ends = [], []
+    for (env, policy, wxn), rows in blocks.items():
+        w, n = wxn.split("x")
+        lines += [f"{env}: W = {w} workers × {n} envs, policy {policy}",
+                  *columns(REPORT_HEADER, [_cells(r) for r in rows], right=range(1, 8)), ""]
+        label = env if envs.count(env) == 1 else f"{env} ({w} × {n}, {policy})"
+        ends.append(conclusion(label, rows))
+    return "\n".join([*lines, *legend(repeats), "", *ends])
 
 
 # --- the command line ----------------------------------------------------------------------------
@@ -305,8 +424,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Grid()
     parser.add_argument("--envs", nargs="+", default=d.envs,
                         help="gymnasium ids, or 'sleep' / 'uniform' / 'straggler' (SlowEnv)")
-    parser.add_argument("--workers", nargs="+", type=int, default=d.workers)
-    parser.add_argument("--envs-per-worker", nargs="+", type=int, default=d.envs_per_worker)
+    parser.add_argument("--workers", nargs="+", type=int, default=d.workers,
+                        help="numbers of worker processes (default: 2)")
+    parser.add_argument("--envs-per-worker", nargs="+", type=int, default=d.envs_per_worker,
+                        help="envs stepped serially by each worker (default: 16)")
     parser.add_argument("--timeouts", nargs="+", default=["none", "0.0005"],
                         help="'none' for full batches, seconds for partial batches")
     parser.add_argument("--policies", nargs="+", default=d.policies,
@@ -319,8 +440,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="duration of one measurement")
     parser.add_argument("--iterations", type=int, default=None,
                         help="steps per env of one measurement (replaces --seconds)")
-    parser.add_argument("--repeats", type=int, default=d.repeats, help="the table shows medians")
-    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--repeats", type=int, default=d.repeats,
+                        help="the table shows medians; × full is the median of per-repeat ratios")
+    parser.add_argument("--seed", type=int, default=d.seed,
+                        help="seeds the samplers and the policies; repeat k resets with seed + k")
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="threads of the MLP policy in the parent")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -367,7 +490,7 @@ def run(args: argparse.Namespace) -> int:
     grid = grid_from_args(args)
     set_torch_threads(args.torch_threads, grid.policies)
     results = run_sweep(grid, not args.no_progress)
-    print(format_table(summarize(results)))  # noqa: T201 - CLI output
+    print(report(results))  # noqa: T201 - CLI output
     if args.json:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in results], f, indent=2)
