@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -66,7 +67,65 @@ def test_tiny_run_writes_json_of_the_right_shape(tmp_path, capsys, without_optio
     assert lat["p10_us"] <= lat["p90_us"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out
-    assert "SB3 SubprocVecEnv" in table and "not installed" in table and "round trip" in table
+    assert "SB3 SubprocVecEnv" in table and "not installed" in table and "Round trip" in table
+    check_table(table, data["results"])
+
+
+#: The columns after the row name; the legend explains each on its own line.
+COLUMNS = ("layout", "steps/s", "× bare", "× machine", "CPU µs", "CPU eff")
+
+
+def check_table(text: str, results: list[dict]) -> None:
+    """The table of one (env, env count) block fits 100 columns, has no trailing spaces and one
+    number format, names the batches, explains every column and every skipped row, and ends with
+    the conclusion of the full against the partial row."""
+    lines = text.splitlines()
+    for line in lines:
+        assert len(line) <= 100 and line == line.rstrip(), repr(line)
+    assert not re.search(r"\d[eE][+-]?\d", text), "a number in e notation"
+    assert not re.search(r"(?<![\d.,])\d{4,}", text), "a number without thousands separators"
+    for column in COLUMNS:
+        assert sum(line.startswith(f"  {column}  ") for line in lines) == 1, column
+    rows = {r["backend"]: r for r in results}
+    full, part = rows["vecsample"], rows["vecsample_partial"]
+    for row, name in ((full, "VecSampler full batches"),
+                      (part, "VecSampler partial batches (timeout 0.5 ms)")):
+        line = next(line for line in lines if line.startswith(name + "  "))
+        assert re.split(r"\s{2,}", line)[2:5] == [
+            f"{row['steps_per_s']:,.0f}", f"{row['vs_bare']:.3f}", f"{row['vs_machine']:.3f}"]
+    for name in ("SB3 SubprocVecEnv", "EnvPool (C++ envs)"):  # skipped: a note says why
+        number = re.search(re.escape(name) + r" \[(\d)\]", text)
+        assert number, name
+        assert re.search(rf"^\[{number[1]}\] \w+ is not installed", text, re.M)
+    x = part["steps_per_s"] / full["steps_per_s"]
+    winner = (f"partial (0.5 ms) {x:.2f}× full batches, at {part['vs_machine']:.3f}×" if x > 1
+              else f"full batches {1 / x:.2f}× partial (0.5 ms), at {full['vs_machine']:.3f}×")
+    assert lines[-1] == f"CartPole-v1, 4 envs: {winner} the machine limit"
+
+
+def fake_row(backend: str, steps_per_s: float | None, **kw) -> bench.Row:
+    return bench.Row(env="Pendulum-v1", num_envs=8, backend=backend,
+                     label=bench_backends.BACKENDS[backend][0], layout="2 × 4",
+                     steps_per_s=steps_per_s, **kw)
+
+
+def test_conclusion_names_the_winner_or_else_the_fastest_row():
+    rows = [fake_row("vecsample", 2000.0, vs_machine=0.5),
+            fake_row("vecsample_partial", 3000.0, vs_machine=0.75)]
+    assert bench.conclusion(rows, 0.001) == (
+        "Pendulum-v1, 8 envs: partial (1 ms) 1.50× full batches, at 0.750× the machine limit")
+    rows[1] = fake_row("vecsample_partial", None, skipped="it failed")
+    rows.append(fake_row("sync", 2500.0))
+    assert bench.conclusion(rows, 0.001) == (
+        "Pendulum-v1, 8 envs: fastest: gymnasium SyncVectorEnv, 2,500 steps/s")
+    reason = "EnvPool has no Pendulum-v1, " * 6  # a long reason: wrapped, never cut
+    rows.append(fake_row("envpool", None, skipped=reason))
+    text = bench.table(rows, 0.001)
+    assert "VecSampler partial batches (timeout 1 ms) [1]" in text
+    assert "EnvPool (C++ envs) [2]" in text
+    lines = text.splitlines()
+    assert lines[-3] == "[1] it failed" and all(len(line) <= 100 for line in lines)
+    assert " ".join(lines[-2:]).split() == ["[2]", *reason.split()]
 
 
 def test_leaves_no_thread_behind(tmp_path):
@@ -100,3 +159,10 @@ def test_cli_lists_bench():
     out = subprocess.run([sys.executable, "-m", "vecsample", "bench", "--help"],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert "--num-envs" in out and "--policy" in out
+
+
+def test_every_option_has_help():
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    for action in parser._actions:
+        assert action.help, f"{action.option_strings} has no help text"

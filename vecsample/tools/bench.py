@@ -4,7 +4,9 @@ For each env id and env count, every backend of ``vecsample.tools.bench_backends
 then measured ``--repeats`` times, the backends taking turns, so load from elsewhere on the
 machine falls on every row alike. Each figure is the median of its repeats, also given as a
 ratio to the bare loop in one process (the per-core limit) and to ``cores`` bare loops at once
-(the machine limit). Then the round trip of step_send + step_recv with 1 worker × 1 env.
+(the machine limit). Then the round trip of step_send + step_recv with 1 worker × 1 env. The
+table has a legend, numbered notes for skipped rows, and ends with one line per (env, env count)
+saying whether VecSampler's full or partial batches won and by how much.
 See docs/benchmarks.md for a run and how to read it.
 """
 
@@ -18,6 +20,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -26,6 +29,7 @@ from typing import Any
 
 from vecsample.errors import ConfigError
 from vecsample.sampler import usable_cores
+from vecsample.tools import compare
 from vecsample.tools.bench_backends import (
     BACKENDS,
     Backend,
@@ -34,7 +38,6 @@ from vecsample.tools.bench_backends import (
     cpu_seconds,
     round_trips,
 )
-from vecsample.tools.compare import format_table
 
 #: Env counts per env id when --num-envs is not given (the targets of issue 4).
 DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64]}
@@ -71,7 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vecsample workers (default: the cores)")
     parser.add_argument("--cores", type=int, default=None,
                         help="bare loops at once for the machine limit (default: usable cores)")
-    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS),
+                        metavar="NAME", help="the rows to measure, in this order: "
+                        + ", ".join(BACKENDS) + " (default: all)")
     parser.add_argument("--policy", choices=["none", "mlp"], default="none",
                         help="none: pre-sampled actions; mlp: a 64×64 torch MLP in the parent")
     parser.add_argument("--timeout", type=float, default=0.0005,
@@ -247,20 +252,100 @@ def _commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def table(rows: list[Row]) -> str:
-    """The terminal table: one line per backend and group."""
-    def ratio(x: float | None) -> str:
-        return "-" if x is None else f"{x:.3f}"
+#: Row names where BACKENDS' label is too long for the table (the JSON keeps the label).
+SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSampler partial"}
+HEADER = ("backend", "layout", "steps/s", "× bare", "× machine", "CPU µs", "CPU eff")
 
-    lines = [{
-        "env": r.env, "envs": str(r.num_envs), "backend": r.label, "procs × envs": r.layout,
-        "steps/s": "-" if r.steps_per_s is None else f"{r.steps_per_s:,.0f}",
-        "× bare": ratio(r.vs_bare), "× machine": ratio(r.vs_machine),
-        "CPU µs/step": "-" if r.cpu_us_per_step is None else f"{r.cpu_us_per_step:.2f}",
-        "CPU eff.": ratio(r.cpu_vs_bare),
-        "note": r.skipped or "",
-    } for r in rows]
-    return format_table(lines)
+
+def name_of(r: Row, timeout: float | None) -> str:
+    """The row's name in the table: the partial-batch row names its timeout."""
+    if r.backend == "vecsample_partial":
+        return f"VecSampler {compare.batches(timeout)}"
+    return SHORT.get(r.backend, r.label)
+
+
+def _cells(r: Row, timeout: float | None, notes: dict[str, int]) -> list[str]:
+    """One line of the table; a skipped row gets a numbered note instead of figures."""
+    def fixed(x: float | None, decimals: int) -> str:
+        return "-" if x is None else f"{x:,.{decimals}f}"
+
+    name = name_of(r, timeout)
+    if r.skipped:
+        name += f" [{notes.setdefault(r.skipped, len(notes) + 1)}]"
+    return [name, r.layout, fixed(r.steps_per_s, 0), fixed(r.vs_bare, 3),
+            fixed(r.vs_machine, 3), fixed(r.cpu_us_per_step, 2), fixed(r.cpu_vs_bare, 3)]
+
+
+def legend(repeats: int) -> list[str]:
+    """What each column means, one line each."""
+    return [
+        f"Medians of {repeats} repeats, and ratios of those medians; in each repeat the backends "
+        "take turns.",
+        "  layout     processes × envs each (EnvPool: threads); the bare loop is 1 process with "
+        "envs ÷ cores",
+        "  steps/s    env steps per second",
+        "  × bare     steps/s ÷ the bare loop's steps/s: above 1 is more than one core gives",
+        "  × machine  steps/s ÷ the machine limit's (a bare loop on every core, rates summed)",
+        "  CPU µs     CPU time (user + system) of the parent and its workers per env step",
+        "  CPU eff    the bare loop's CPU µs ÷ this row's: the share of the CPU spent in the envs",
+    ]
+
+
+def _groups(rows: list[Row]) -> dict[tuple[str, int], list[Row]]:
+    """The rows by (env, env count), in order: one block of the table each."""
+    groups: dict[tuple[str, int], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.env, r.num_envs), []).append(r)
+    return groups
+
+
+def table(rows: list[Row], timeout: float | None = None) -> str:
+    """The terminal table: a block per (env, env count), the legend, then the numbered notes
+    (why a row was skipped)."""
+    notes: dict[str, int] = {}
+    lines = []
+    for (env, n), group in _groups(rows).items():
+        cells = [_cells(r, timeout, notes) for r in group]
+        lines += [f"{env}, {n} envs", *compare.columns(HEADER, cells, right=range(2, 7)), ""]
+    lines += legend(max((len(r.repeats) for r in rows), default=0))
+    lines += [""] if notes else []
+    for text, number in notes.items():
+        lines.append(textwrap.fill(f"[{number}] {text}", width=100, subsequent_indent="    "))
+    return "\n".join(lines)
+
+
+def conclusion(rows: list[Row], timeout: float | None) -> str:
+    """``CartPole-v1, 64 envs: full batches 1.09× partial (0.5 ms), at 0.686× the machine
+    limit``: VecSampler's full against partial batches, or else the fastest row."""
+    by = {r.backend: r for r in rows if r.steps_per_s}
+    full, part = by.get("vecsample"), by.get("vecsample_partial")
+    head = f"{rows[0].env}, {rows[0].num_envs} envs: "
+    if full and part and full.steps_per_s and part.steps_per_s:
+        which = f"partial ({compare.milliseconds(timeout or 0.0)})"
+        x = part.steps_per_s / full.steps_per_s
+        text = (f"{which} {x:.2f}× full batches" if x > 1
+                else f"full batches {1 / x:.2f}× {which}")
+        winner = part if x > 1 else full
+    elif by:
+        winner = max(by.values(), key=lambda r: r.steps_per_s or 0.0)
+        text = f"fastest: {name_of(winner, timeout)}, {winner.steps_per_s:,.0f} steps/s"
+    else:
+        return head + "nothing was measured"
+    if winner.vs_machine is not None:
+        text += f", at {winner.vs_machine:.3f}× the machine limit"
+    return head + text
+
+
+def render(rows: list[Row], lat: dict[str, Any] | None, timeout: float | None) -> str:
+    """Everything ``vecsample bench`` prints: the table, the round trip, and one line per
+    (env, env count) saying which batches won and by how much."""
+    out = [table(rows, timeout)]
+    if lat is not None:
+        out += ["", f"Round trip step_send + step_recv, 1 worker × 1 env ({lat['env']}): "
+                f"median {lat['median_us']:.1f} µs",
+                f"  p10 {lat['p10_us']:.1f} µs, p90 {lat['p90_us']:.1f} µs; the env step in the "
+                f"worker: {lat['env_step_us']:.1f} µs"]
+    return "\n".join([*out, "", *(conclusion(g, timeout) for g in _groups(rows).values())])
 
 
 def plot(rows: list[Row], path: str) -> None:
@@ -305,11 +390,7 @@ def run(args: argparse.Namespace) -> int:
         rows = [row for cfg in groups for row in measure(cfg, args, lambda: bar.update(1))]
         lat = latency(args)
         bar.update(total - bar.n)
-    out = table(rows)
-    if lat is not None:
-        out += (f"\n\nround trip step_send + step_recv, 1 worker × 1 env ({lat['env']}): "
-                f"median {lat['median_us']:.1f} µs (p10 {lat['p10_us']:.1f}, p90 "
-                f"{lat['p90_us']:.1f}; env step in the worker {lat['env_step_us']:.1f} µs)")
+    out = render(rows, lat, args.timeout)
     sys.stdout.write(out + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps(
