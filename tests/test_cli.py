@@ -46,16 +46,37 @@ def test_unknown_command_and_help():
     assert ok.returncode == 0 and "compare" in ok.stdout
 
 
-def test_readme_quick_start_runs(tmp_path):
+def _readme_quick_start() -> str:
     readme = (ROOT / "README.md").read_text()
-    code = re.findall(r"```python\n(.+?)```", readme, re.S)[0]
-    body = "\n".join("    " + line for line in code.splitlines())
-    script = tmp_path / "quick_start.py"
-    script.write_text(f'if __name__ == "__main__":\n{body}\n    print("done")\n')
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return re.findall(r"## Quick start\n\n```python\n(.+?)```", readme, re.S)[0]
+
+
+def _run_script(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_readme_quick_start_runs_verbatim_as_a_saved_file(tmp_path):
+    """Exactly what a newcomer does: paste the snippet into quickstart.py, run it."""
+    script = tmp_path / "quickstart.py"
+    script.write_text(_readme_quick_start())
+    proc = _run_script(script, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "done"
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_unguarded_script_under_forkserver_gets_one_short_error(tmp_path):
+    """Where the script's top level would run again in every worker, one typed error says so."""
+    code = _readme_quick_start().replace("seed=0)", 'seed=0, context="forkserver")')
+    assert 'context="forkserver"' in code
+    script = tmp_path / "unguarded.py"
+    script.write_text(code)
+    proc = _run_script(script, tmp_path)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("vecsample.errors.MainGuardError: "), proc.stderr
+    assert 'if __name__ == "__main__":' in last and "unguarded.py:" in last
+    assert proc.stderr.count("Traceback") == 1, proc.stderr  # no worker tracebacks follow
 
 
 def test_queue_choice_experiment_runs():
