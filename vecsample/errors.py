@@ -1,15 +1,21 @@
 """Every exception vecsample raises, in one place.
 
 Each class also derives from the builtin a caller would naturally catch (``ValueError`` for bad
-input, ``RuntimeError`` for a broken worker, ``TimeoutError`` for a deadline), so code written
-for gymnasium's vector envs keeps working. Messages say what was expected, what was got, and how
-to fix it.
+input, ``RuntimeError`` for a broken worker, ``TimeoutError`` for a deadline) and, where gymnasium
+has one, from gymnasium's matching error (``AlreadyPendingCallError``, ``NoAsyncCallError``,
+``ClosedEnvironmentError``, ``multiprocessing.TimeoutError`` as ``AsyncVectorEnv`` raises it), so
+code written for gymnasium's vector envs keeps working. Messages say what was expected, what was
+got, and how to fix it.
 """
 
 from __future__ import annotations
 
+import builtins
+import multiprocessing
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from gymnasium import error as gym_error
 
 if TYPE_CHECKING:
     from vecsample.results import StepResult
@@ -46,6 +52,23 @@ class UnsupportedSpaceError(VecSampleError, TypeError):
     """A space type that cannot live in shared memory without per-step pickling."""
 
 
+class SharedMemorySpaceError(UnsupportedSpaceError, ValueError):
+    """``VectorEnv(shared_memory=True)`` with an observation space that shared memory cannot hold.
+
+    Both a ``TypeError`` and a ``ValueError``: ``AsyncVectorEnv`` raises the first for spaces of
+    dynamic shape (``Graph``, ``Sequence``) and the second for custom spaces.
+    """
+
+
+class UnsupportedOptionError(ConfigError):
+    """An ``AsyncVectorEnv`` keyword that vecsample accepts but cannot honour with this value."""
+
+
+class ResetMaskError(ConfigError, TypeError):
+    """A bad ``options["reset_mask"]``: both a ``ValueError`` (a wrong shape, no True entry) and a
+    ``TypeError`` (not an array, not bool), as gymnasium raises one or the other."""
+
+
 class EnvFactoryError(VecSampleError, RuntimeError):
     """An env factory could not be pickled, raised while building, or built mismatched spaces."""
 
@@ -66,8 +89,8 @@ class MainGuardError(EnvFactoryError):
         self.context = context
 
 
-class ClosedError(VecSampleError, RuntimeError):
-    """A call was made after ``close()``."""
+class ClosedError(VecSampleError, RuntimeError, gym_error.ClosedEnvironmentError):
+    """A call was made after ``close()`` (also gymnasium's ``ClosedEnvironmentError``)."""
 
     def __init__(self, message: str = "", *, what: str = "VecSampler") -> None:
         super().__init__(message or f"this {what} is closed; create a new one.")
@@ -75,20 +98,38 @@ class ClosedError(VecSampleError, RuntimeError):
 
 
 class PendingCallError(VecSampleError, RuntimeError):
-    """A call is out of order with respect to what is pending (the state machine said no)."""
+    """A call is out of order with respect to what is pending (the state machine said no).
+
+    ``name``: the call that is pending (``"step"``, ``"reset"``, ``"call"``), or the one that is
+    not, as gymnasium's ``AlreadyPendingCallError`` and ``NoAsyncCallError`` name it.
+
+    This base is neither of gymnasium's two errors: its subclasses say which one they are
+    (``WorkerBusyError`` and ``AlreadyPendingError`` are ``AlreadyPendingCallError``s,
+    ``NoPendingError`` is a ``NoAsyncCallError``), so an ``except`` for one of gymnasium's never
+    catches the opposite case.
+    """
+
+    def __init__(self, message: str = "", *, name: str = "") -> None:
+        super().__init__(message)
+        self.name = name
 
 
-class NoPendingError(PendingCallError):
-    """``step_recv`` was called while no worker had a step in flight."""
+class AlreadyPendingError(PendingCallError, gym_error.AlreadyPendingCallError):
+    """``vecsample.VectorEnv``: a call while another one (``name``) waits for its ``*_wait``."""
 
-    def __init__(self, message: str = "") -> None:
+
+class NoPendingError(PendingCallError, gym_error.NoAsyncCallError):
+    """A ``*_wait``/``step_recv`` call with nothing of that kind in flight (``name``: that kind)."""
+
+    def __init__(self, message: str = "", *, name: str = "step") -> None:
         super().__init__(message or (
             "step_recv() called with no step in flight; call step_send(worker, actions) first "
-            "(or step(actions) for a full batch)."))
+            "(or step(actions) for a full batch)."), name=name)
 
 
-class WorkerBusyError(PendingCallError):
-    """A call targeted workers whose previous step has not been received yet."""
+class WorkerBusyError(PendingCallError, gym_error.AlreadyPendingCallError):
+    """A call targeted workers whose previous step has not been received yet (``name``:
+    ``"step"``, the pending call; ``call``: the refused one)."""
 
     def __init__(self, *, call: str, workers: list[int], to_one: bool = False) -> None:
         if to_one:  # a call to one worker (step_send), not to every worker (reset, step, ...)
@@ -98,7 +139,7 @@ class WorkerBusyError(PendingCallError):
         else:
             message = (f"{call}() called while the steps of workers {workers} are pending; "
                        f"call step_recv() until they are received first.")
-        super().__init__(message)
+        super().__init__(message, name="step")
         self.call = call
         self.workers = workers
 
@@ -136,6 +177,11 @@ class ActionError(VecSampleError, ValueError):
 
 class ActionShapeError(ActionError):
     """The action batch has the wrong shape."""
+
+
+class ActionCountError(ActionShapeError, TypeError):
+    """A single scalar was given where a vector env needs one action per env (also a
+    ``TypeError``, as gymnasium raises for an action batch it cannot iterate)."""
 
 
 class ActionDtypeError(ActionError):
@@ -243,8 +289,11 @@ class WorkerLostError(VecSampleError, RuntimeError):
         self.state = state
 
 
-class DeadlineExceededError(VecSampleError, TimeoutError):
+class DeadlineExceededError(VecSampleError, TimeoutError, multiprocessing.TimeoutError):
     """A call's whole-call ``deadline`` passed with workers still silent (reported as hung).
+
+    Both the builtin ``TimeoutError`` and ``multiprocessing.TimeoutError`` (which
+    ``AsyncVectorEnv``'s ``*_wait(timeout)`` raises, and which is not a builtin one).
 
     ``results``: what was received before the deadline; the hung workers stay pending.
     """
@@ -287,3 +336,35 @@ class RestartLimitError(WorkerError):
             f"{len(self.history)} times (max_restarts={self.max_restarts}); fix the env or "
             f"raise max_restarts. Earlier restarts: {self.history}."
         )
+
+
+# --- gymnasium compatibility -------------------------------------------------------------------
+
+_MIRRORS: dict[tuple[type[WorkerError], type[Exception]], type[WorkerError]] = {}
+
+
+def as_env_exception(exc: WorkerError) -> WorkerError:
+    """``exc``, made an instance of the builtin exception type the env raised, if it has one.
+
+    ``AsyncVectorEnv`` re-raises a sub-env's exception as its own type (``ValueError``, ...);
+    this keeps vecsample's ``WorkerError`` (worker, env, remote traceback) and adds that type as
+    a base, so ``except ValueError`` around ``step`` works with both. A type that is not a
+    builtin (only its name crosses the pipe) or cannot share the layout (``OSError``) is left
+    out: ``exc`` is returned as it is.
+    """
+    raised = getattr(builtins, exc.exc_type, None)
+    if (not isinstance(raised, type) or not issubclass(raised, Exception)
+            or isinstance(exc, raised)):
+        return exc
+    key = (type(exc), raised)
+    if key not in _MIRRORS:
+        try:
+            _MIRRORS[key] = type(type(exc).__name__, key, {"__module__": __name__,
+                                                            "__qualname__": key[0].__qualname__})
+        except TypeError:  # the layouts cannot be combined
+            return exc
+    try:
+        exc.__class__ = _MIRRORS[key]
+    except TypeError:
+        return exc
+    return exc
