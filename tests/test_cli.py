@@ -100,3 +100,12 @@ def test_core_throughput_experiment_runs():
                            "--seconds", "0.1", "--repeats", "1"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, check=True)
     assert "ratio to one bare loop" in proc.stdout
+
+
+def test_lane_cost_experiment_prints_every_lane():
+    proc = subprocess.run([sys.executable, "experiments/lane_cost.py", "--seconds", "0.05",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if "(" in line]
+    assert [r.split(" (")[0] for r in rows] == ["shared", "pickled", "mixed"], proc.stdout
