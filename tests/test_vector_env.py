@@ -1,17 +1,26 @@
-"""vecsample.VectorEnv returns exactly what gymnasium's SyncVectorEnv returns, step for step."""
+"""vecsample.VectorEnv returns exactly what gymnasium's SyncVectorEnv returns, step for step, and
+takes AsyncVectorEnv's keywords, asynchronous API and error types (gymnasium's own tests run in
+test_gymnasium_suite.py)."""
 
 from __future__ import annotations
 
 import functools
+import multiprocessing
+import re
+import time
+import warnings
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import error as gym_error
 from gymnasium import spaces
 from helpers import assert_same
 
 from vecsample import errors, make_vec
-from vecsample.testing import CountingEnv, SpaceEnv
+from vecsample.config import usable_cores
+from vecsample.testing import CountingEnv, RaisingEnv, SlowEnv, SpaceEnv, fns
 
 NESTED_OBS = spaces.Dict({
     "pos": spaces.Box(-1.0, 1.0, (2,), np.float32),
@@ -96,3 +105,254 @@ def test_step_wait_without_step_async(make_vector_env):
         env.step_wait()
     with pytest.raises(errors.ConfigError):
         env.reset(seed="seven")
+    with pytest.raises(errors.ConfigError, match="one seed per env, expected 2, got 3"):
+        env.reset(seed=[1, 2, 3])
+
+
+# --- AsyncVectorEnv's API and errors -------------------------------------------------------------
+
+
+class CountEnv(gym.Env[int, np.int64]):
+    """Discrete observations as Python ints (as gymnasium's toy-text envs return them): the step
+    count; ends after ``length`` steps; info names the env."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 7}
+
+    def __init__(self, env_index: int = 0, length: int = 2, render_mode: str | None = None):
+        self.observation_space = spaces.Discrete(10)
+        self.action_space = spaces.Discrete(3)
+        self.env_index, self.length, self.render_mode = env_index, length, render_mode
+        self.count = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        time.sleep((options or {}).get("sleep", 0.0))
+        self.count = 0
+        return self.count, {"options": options}
+
+    def step(self, action: Any):
+        self.count += 1
+        return self.count, float(action), self.count >= self.length, False, {"env": self.env_index}
+
+    def render(self) -> np.ndarray:
+        return np.full((2, 2, 3), self.env_index, dtype=np.uint8)
+
+    def explode(self) -> None:
+        raise KeyError(f"env {self.env_index} exploded")
+
+
+class OddSpace(gym.Space[Any]):
+    """A custom space: shared memory cannot hold it."""
+
+    def contains(self, x: Any) -> bool:
+        return True
+
+
+def test_the_async_api_out_of_order_raises_gymnasiums_errors(make_vector_env):
+    env = make_vector_env(fns(CountEnv, 2), num_workers=1)
+    with pytest.raises(gym_error.NoAsyncCallError, match=re.escape(
+            "Calling `reset_wait` without any prior call to `reset_async`.")) as no_call:
+        env.reset_wait()
+    assert isinstance(no_call.value, errors.NoPendingError) and no_call.value.name == "reset"
+    assert not isinstance(no_call.value, gym_error.AlreadyPendingCallError)
+    env.reset_async(seed=0)
+    expected = "Calling `step_async` while waiting for a pending call to `reset` to complete"
+    with pytest.raises(gym_error.AlreadyPendingCallError, match=re.escape(expected)) as busy:
+        env.step_async(np.zeros(2, dtype=np.int64))
+    assert isinstance(busy.value, errors.AlreadyPendingError) and busy.value.name == "reset"
+    with pytest.raises(errors.NoPendingError, match="`reset` is pending"):
+        env.step_wait()
+    obs, infos = env.reset_wait()
+    assert obs.tolist() == [0, 0] and infos["options"].tolist() == [None, None]
+    env.step_async(np.ones(2, dtype=np.int64))
+    with pytest.raises(gym_error.AlreadyPendingCallError, match="pending call to `step`"):
+        env.call("render")
+    with pytest.warns(UserWarning, match=re.escape(
+            "Calling `close` while waiting for a pending call to `step` to complete.")):
+        env.close(terminate=True)
+    with pytest.raises(gym_error.ClosedEnvironmentError, match="VectorEnv is closed") as closed:
+        env.reset()
+    assert isinstance(closed.value, errors.ClosedError)
+
+
+def test_call_async_render_metadata_and_seeds(make_vector_env):
+    env = make_vector_env([functools.partial(CountEnv, i, render_mode="rgb_array")
+                           for i in range(3)], num_workers=1)
+    assert env.render_mode == "rgb_array" and env.metadata["render_fps"] == 7
+    assert "autoreset_mode" not in CountEnv.metadata
+    env.reset(seed=5)
+    assert env.np_random_seed == (5, 6, 7)
+    frames = env.render()
+    assert isinstance(frames, tuple) and [f[0, 0, 0] for f in frames] == [0, 1, 2]
+    env.call_async("render")
+    assert len(env.call_wait(timeout=10.0)) == 3
+    assert env.get_attr("length") == (2, 2, 2)
+
+
+def test_step_wait_timeout_is_a_multiprocessing_timeout_and_keeps_the_step(make_vector_env):
+    env = make_vector_env(fns(SlowEnv, 2, step_time=0.5), num_workers=2)
+    env.reset(seed=0)
+    env.step_async(np.ones(2, dtype=np.int64))
+    with pytest.raises(multiprocessing.TimeoutError) as late:
+        env.step_wait(timeout=0.05)
+    assert isinstance(late.value, errors.DeadlineExceededError)
+    obs, rewards, *_ = env.step_wait()  # the late step was kept, not lost
+    assert obs[:, 1].tolist() == [1, 1] and rewards.tolist() == [1.0, 1.0]
+
+
+def test_reset_wait_timeout(make_vector_env):
+    env = make_vector_env(fns(CountEnv, 2), num_workers=1)
+    env.reset_async(seed=0, options={"sleep": 0.01})
+    assert env.reset_wait(timeout=10.0)[0].tolist() == [0, 0]
+    env.reset_async(options={"sleep": 0.5})
+    with pytest.raises(multiprocessing.TimeoutError, match=r"deadline=0\.05"):
+        env.reset_wait(timeout=0.05)
+    with pytest.raises(errors.NoPendingError):
+        env.reset_wait()  # the timed-out reset is over, as in gymnasium
+
+
+@pytest.mark.parametrize(("mask", "error", "message"), [
+    ([True, False], TypeError, "must be a numpy array, got <class 'list'>"),
+    (np.array([True]), ValueError, "must have shape `(2,)`, got (1,)"),
+    (np.array([[True, True]]), ValueError, "must have shape `(2,)`, got (1, 2)"),
+    (np.array([1, 0]), TypeError, "must have `dtype=np.bool_`, got int64"),
+    (np.array([False, False]), ValueError,
+     "must contain a boolean array with at least one True value, got reset_mask=[False False]"),
+])
+def test_reset_mask_errors_match_gymnasium(make_vector_env, mask, error, message):
+    env = make_vector_env(fns(CountEnv, 2), num_workers=1, autoreset_mode="Disabled")
+    with pytest.raises(error, match=re.escape(f"`options['reset_mask']` {message}")) as info:
+        env.reset(options={"reset_mask": mask})
+    assert isinstance(info.value, errors.ResetMaskError)
+
+
+def test_reset_mask_leaves_the_callers_options_alone(make_vector_env):
+    env = make_vector_env(fns(CountEnv, 2), num_workers=1, autoreset_mode="Disabled")
+    env.reset()
+    options = {"reset_mask": np.array([False, True]), "level": 3}
+    _, infos = env.reset(options=options)
+    assert "reset_mask" in options
+    assert infos["_options"].tolist() == [False, True]
+    assert infos["options"]["level"].tolist() == [0, 3]  # gymnasium's vector info of a dict
+
+
+def test_action_count_checks(make_vector_env):
+    env = make_vector_env(fns(CountEnv, 2), num_workers=1)
+    env.reset()
+    with pytest.raises(TypeError, match="expected a batch of 2 actions") as scalar:
+        env.step(0)
+    assert isinstance(scalar.value, errors.ActionCountError)
+    for wrong in (np.zeros(1, dtype=np.int64), np.zeros(3, dtype=np.int64)):
+        with pytest.raises(ValueError, match="one row per env"):
+            env.step(wrong)
+    env.step([0, 1])  # a list of single actions is a batch
+
+
+def test_same_step_final_obs_are_what_the_env_returned(make_vector_env):
+    env = make_vector_env(fns(CountEnv, 2, length=1), num_workers=1, autoreset_mode="SameStep")
+    env.reset()
+    _, _, terminated, _, infos = env.step(np.ones(2, dtype=np.int64))
+    assert terminated.tolist() == [True, True]
+    assert [type(x) for x in infos["final_obs"]] == [int, int]  # as SyncVectorEnv: no 0-d arrays
+    assert infos["final_info"]["env"].tolist() == [0, 1]
+
+
+def test_env_exceptions_are_logged_as_gymnasium_logs_them(make_vector_env):
+    env = make_vector_env(fns(RaisingEnv, 2, at_step=1, bad_index=1), num_workers=1)
+    env.reset()
+    with warnings.catch_warnings(record=True) as caught, \
+            pytest.raises(RuntimeError, match="injected failure in step 1 of env 1") as info:
+        warnings.simplefilter("always")
+        env.step(np.zeros(2, dtype=np.int64))
+    assert isinstance(info.value, errors.WorkerError) and info.value.env == 1
+    lines = [str(w.message) for w in caught]
+    assert len(lines) == 3 and "Received the following error from Worker-1" in lines[0]
+    assert "RuntimeError: injected failure" in lines[1] and "Raising the last" in lines[2]
+
+
+def test_env_exceptions_keep_their_builtin_type(make_vector_env):
+    env = make_vector_env(fns(CountEnv, 2), num_workers=1)
+    with warnings.catch_warnings(), pytest.raises(KeyError, match="env 0 exploded") as info:
+        warnings.simplefilter("ignore")
+        env.call("explode")
+    assert isinstance(info.value, errors.WorkerError)  # and still vecsample's error
+
+
+def test_shared_memory_false_returns_copies(make_vector_env):
+    env = make_vector_env(factories("Counting+infos", 2), num_workers=1, shared_memory=False,
+                          copy=False)
+    obs, _ = env.reset()
+    env.step(np.ones(2, dtype=np.int64))
+    assert obs[0, 1] == 0 and env.shared_memory is False
+
+
+@pytest.mark.parametrize(("space", "error", "message"), [
+    (spaces.Graph(spaces.Discrete(3), None), TypeError,
+     "Graph has a dynamic shape so its not possible to make a static shared memory."),
+    (spaces.Dict({"a": spaces.Sequence(spaces.Discrete(2))}), TypeError,
+     "Sequence (at a) has a dynamic shape"),
+    (OddSpace(), ValueError, "OddSpace is a custom space"),
+])
+def test_shared_memory_refuses_what_asyncvectorenv_refuses(space, error, message):
+    env_fn = functools.partial(SpaceEnv, space, spaces.Discrete(2))
+    with pytest.raises(error, match=re.escape(message)) as info:
+        errors_vector_env([env_fn] * 2)
+    assert isinstance(info.value, errors.SharedMemorySpaceError)
+    assert "shared_memory=False" in str(info.value)
+
+
+def errors_vector_env(env_fns: list) -> None:
+    from vecsample import VectorEnv
+
+    VectorEnv(env_fns, shared_memory=True).close()  # raises before any worker starts
+
+
+def test_asyncvectorenv_keywords(make_vector_env):
+    env = make_vector_env(fns(CountEnv, 4), shared_memory=True, copy=True, context=None,
+                          daemon=True, worker=None, observation_mode="same",
+                          autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, max_concurrency=2)
+    assert env.sampler.num_workers <= 2 and env.autoreset_mode is gym.vector.AutoresetMode.SAME_STEP
+    assert env.metadata["autoreset_mode"] is gym.vector.AutoresetMode.SAME_STEP
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"worker": print}, errors.UnsupportedOptionError, "custom worker function cannot run"),
+    ({"observation_mode": "different"}, errors.UnsupportedOptionError,
+     "equal the first env's"),
+    ({"observation_mode": (spaces.Discrete(2), spaces.Discrete(2))},
+     errors.UnsupportedOptionError, "observation_mode must be 'same'"),
+    ({"observation_mode": "sometimes"}, errors.ConfigError, "observation_mode must be 'same'"),
+    ({"max_concurrency": 0}, errors.ConfigError, "max_concurrency must be an int >= 1"),
+    ({"max_concurrency": 1, "num_workers": 2}, errors.ConfigError, "pass num_workers <= 1"),
+    ({"num_workers": False}, errors.ConfigError, "pass shared_memory= and the other"),
+])
+def test_options_vecsample_cannot_honour(kwargs, error, message):
+    from vecsample import VectorEnv
+
+    with pytest.raises(error, match=re.escape(message)):
+        VectorEnv(fns(CountEnv, 2), **kwargs).close()
+
+
+def test_daemon_false_warns(make_vector_env):
+    with pytest.warns(UserWarning, match="always daemonic"):
+        env = make_vector_env(fns(CountEnv, 2), num_workers=1, daemon=False)
+    assert env.daemon is True
+
+
+def test_any_env_count_gets_a_worker_count(make_vector_env):
+    env = make_vector_env(fns(CountEnv, 3, length=5), num_workers=2)
+    env.reset()
+    assert env.step(np.ones(3, dtype=np.int64))[0].tolist() == [1, 1, 1]
+    default = make_vector_env(fns(CountEnv, 5))
+    assert default.sampler.num_workers == min(5, usable_cores())
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_observations_with_no_fixed_shape_are_tuples_as_in_gymnasium(make_vector_env,
+                                                                      shared_memory):
+    space = spaces.Dict({"text": spaces.Text(5), "n": spaces.Discrete(3)})
+    env = make_vector_env([functools.partial(SpaceEnv, space, spaces.Discrete(2), i)
+                           for i in range(2)], shared_memory=shared_memory)
+    obs, _ = env.reset(seed=0)
+    assert isinstance(obs["text"], tuple) and all(isinstance(t, str) for t in obs["text"])
+    assert obs["n"].shape == (2,) and obs in env.observation_space

@@ -1,76 +1,83 @@
 """``vecsample.VectorEnv``: a ``gymnasium.vector.VectorEnv`` on top of ``VecSampler``.
 
-A drop-in for ``gymnasium.vector.AsyncVectorEnv``: ``env_fns`` first, gymnasium's three autoreset
-modes, gymnasium's seeding convention (int seed -> env i gets ``seed + i``) and its vector-info
-format. Given the same ``env_fns`` and seed it returns exactly what ``SyncVectorEnv`` returns.
+A drop-in for ``gymnasium.vector.AsyncVectorEnv`` (docs/gymnasium.md): its keywords, its
+asynchronous API (``reset_async``/``reset_wait``, ``step_async``/``step_wait``,
+``call_async``/``call_wait``), gymnasium's three autoreset modes, its seeding convention (int seed
+-> env i gets ``seed + i``), its vector-info format and its error types. Given the same
+``env_fns`` and seed it returns exactly what ``SyncVectorEnv`` returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import numbers
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import logger, spaces
 from gymnasium.vector.utils import batch_space
 
 from vecsample import errors
-from vecsample.protocol import AutoresetMode, EnvFn
+from vecsample.config import check_int, env_factories
+from vecsample.protocol import AutoresetMode, EnvFn, Space
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler, usable_cores
-from vecsample.spaces import copy_tree, index_tree
+from vecsample.spaces import copy_tree
+
+#: Spaces whose values have one fixed shape and dtype.
+FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+#: What ``AsyncVectorEnv(shared_memory=True)`` accepts: the fixed spaces, ``Text`` (up to its
+#: ``max_length``), and ``Dict``/``Tuple``/``OneOf`` nestings of them.
+SHARED_MEMORY_SPACES = (*FIXED_SPACES, spaces.Text)
+#: Spaces whose values change shape from one sample to the next: no shared memory can hold them.
+DYNAMIC_SPACES = (spaces.Graph, spaces.Sequence)
+#: A pending asynchronous call: its name ("reset", "step", "call") and its arguments.
+Pending = tuple[str, tuple[Any, ...]]
 
 
 class VectorEnv(gym.vector.VectorEnv):
     """gymnasium's vector API over vecsample's workers and shared memory.
 
-    A drop-in for ``gymnasium.vector.AsyncVectorEnv``: given the same ``env_fns`` and seed it
-    returns exactly what ``SyncVectorEnv`` returns (observations, rewards, flags and vector
-    infos) in all three autoreset modes. ``sampler`` is the ``VecSampler`` underneath, for
-    partial batches (``step_send``/``step_recv``) and ``stats()``.
+    A drop-in for ``gymnasium.vector.AsyncVectorEnv``: replace the class, keep the arguments
+    (docs/gymnasium.md). ``sampler`` is the ``VecSampler`` underneath, for partial batches
+    (``step_send``/``step_recv``) and ``stats()``.
 
     Args:
         env_fns: One factory per env, each returning a ``gymnasium.Env``; all envs must share
-            the first one's spaces. Under the default ``context="forkserver"`` (and ``"spawn"``)
-            the factories must be picklable: ``functools.partial``, module-level functions or
-            ``vecsample.EnvMaker``, not lambdas.
-        num_workers: How many worker processes step the envs; each steps
-            ``len(env_fns) // num_workers`` envs one after another, so it must divide
-            ``len(env_fns)``. ``None``: the largest divisor not above the usable cores.
-        autoreset_mode: ``AutoresetMode`` (ours or gymnasium's) or its string value
-            (``"NextStep"``, ``"SameStep"``, ``"Disabled"``); ``NEXT_STEP`` by default, as in
-            gymnasium. With ``SAME_STEP`` the ended episode's last observation is in
-            ``infos["final_obs"]``.
-        copy: Return copies of the observations (as gymnasium does). ``False`` returns views of
-            shared memory, valid until the next ``step`` or ``reset``.
-        **sampler_kwargs: Passed on to ``VecSampler``: ``seed``, ``context``, ``deadline``,
-            ``restart``, ``max_restarts``, ``check_actions``, ``cpu_affinity``, ... (``infos``
-            is always on here: passing it is a ``TypeError``).
+            the first one's spaces. The first is also called once in the parent, to read the
+            spaces, ``metadata`` and ``render_mode`` (as AsyncVectorEnv does).
+        num_workers: How many worker processes step the envs; each steps a contiguous block of
+            envs one after another (blocks differ by at most one env). ``None``: one per usable
+            core, at most one per env and at most ``max_concurrency``.
+        shared_memory: As in AsyncVectorEnv: ``True`` refuses an observation space that shared
+            memory cannot hold (``SharedMemorySpaceError``); ``False`` returns copies.
+        copy: Return copies of the observations (as gymnasium does). ``False`` (with
+            ``shared_memory=True``) returns views of shared memory, valid until the next call.
+        context: The multiprocessing start method; ``None``: vecsample's default.
+        daemon: Accepted; workers are always daemonic (``False`` warns, docs/gymnasium.md).
+        worker: Must be ``None``: a custom worker function cannot run in vecsample's workers.
+        observation_mode: ``"same"`` only (``UnsupportedOptionError`` otherwise).
+        autoreset_mode: ``AutoresetMode`` (ours or gymnasium's) or its string value;
+            ``NEXT_STEP`` by default, as in gymnasium.
+        max_concurrency: At most this many envs run at once: caps the number of workers.
+        **sampler_kwargs: Passed on to ``VecSampler``: ``deadline``, ``restart``,
+            ``check_actions``, ``cpu_affinity``, ... (``infos`` is always on here, and
+            ``uneven_split`` on by default).
 
     Raises:
-        vecsample.errors.ConfigError: ``num_workers`` does not divide the number of envs (the
-            message lists the divisors), an unknown ``autoreset_mode``, or another bad setting.
-        vecsample.errors.EnvFactoryError: a factory cannot be pickled under forkserver or spawn,
-            or raises (in the parent, where the first env is built to read the spaces, or in
-            a worker).
-        vecsample.errors.UnsupportedSpaceError: a space that cannot live in shared memory
-            (``Text``, ``Graph``, ``Sequence``, ...).
+        vecsample.errors.ConfigError: a bad setting (worker count, autoreset mode, ...);
+            ``UnsupportedOptionError`` for a ``worker`` or an ``observation_mode`` other than
+            ``"same"``.
+        vecsample.errors.EnvFactoryError: a factory raises, or builds envs whose spaces differ.
+        vecsample.errors.UnsupportedSpaceError: a space vecsample cannot carry;
+            ``SharedMemorySpaceError`` for one shared memory cannot hold.
 
-    What differs from ``AsyncVectorEnv``:
-
-    * Envs are grouped into ``num_workers`` processes instead of one process per env.
-    * The default start method is forkserver, not the platform's default (fork on Linux): a
-      script must create the envs under ``if __name__ == "__main__":``, and factories must be
-      picklable (AsyncVectorEnv cloudpickles them, so lambdas work there).
-    * Actions are checked before anything is sent (``check_actions=True``): a wrong shape,
-      dtype or an action outside the space raises an ``ActionError`` subclass.
-    * A worker that dies or raises is a typed ``WorkerError`` naming the worker and the env;
-      ``step_wait(timeout)`` raises ``DeadlineExceededError`` (a builtin ``TimeoutError``, not
-      ``multiprocessing.TimeoutError``), every call is bounded by ``deadline`` (300 s by
-      default) and the late step stays pending, so the next ``step_wait`` can still return it.
-    * ``reset(seed=s)`` follows gymnasium (env ``i`` gets ``s + i``), unlike ``VecSampler``,
-      whose ``seed`` gives env ``i`` child ``i`` of ``SeedSequence(s)``.
-    * ``call``/``get_attr`` return tuples, as gymnasium does; ``render`` is not supported.
+    The one intended difference from AsyncVectorEnv: actions are checked against the action
+    space before anything is sent (``check_actions=False`` turns it off). Errors are vecsample's
+    typed errors, which also derive from the ones gymnasium raises (docs/gymnasium.md).
 
     Example:
         >>> import numpy as np
@@ -90,83 +97,136 @@ class VectorEnv(gym.vector.VectorEnv):
         env_fns: Sequence[EnvFn],
         num_workers: int | None = None,
         *,
-        autoreset_mode: str | Any = AutoresetMode.NEXT_STEP,
+        shared_memory: bool = True,
         copy: bool = True,
+        context: str | None = None,
+        daemon: bool = True,
+        worker: Any = None,
+        observation_mode: Any = "same",
+        autoreset_mode: str | Any = AutoresetMode.NEXT_STEP,
+        max_concurrency: int | None = None,
         **sampler_kwargs: Any,
     ) -> None:
-        fns = list(env_fns)
-        workers = _default_workers(len(fns)) if num_workers is None else num_workers
-        self._sampler = VecSampler(fns, num_workers=workers, autoreset_mode=autoreset_mode,
-                                   infos=True, **sampler_kwargs)
+        _check_options(worker, observation_mode, daemon)
+        fns = env_factories(env_fns, None, None)
+        obs_space, act_space, probed = _probe(fns, sampler_kwargs)
+        if shared_memory:
+            _check_shared_memory(obs_space)
+        given = {} if context is None else {"context": context}
+        sampler_kwargs = {"uneven_split": True, **sampler_kwargs, **given}
+        self._sampler = VecSampler(
+            fns, num_workers=_worker_count(len(fns), num_workers, max_concurrency),
+            autoreset_mode=autoreset_mode, infos=True, observation_space=obs_space,
+            action_space=act_space, **sampler_kwargs)
         s = self._sampler
-        self.num_envs = s.num_envs
-        self.copy = copy
-        self.mode = s.autoreset_mode
-        self.single_observation_space = s.single_observation_space
-        self.single_action_space = s.single_action_space
+        self.env_fns, self.num_envs, self.context = fns, s.num_envs, s.context
+        self.shared_memory, self.copy, self.daemon = bool(shared_memory), bool(copy), True
+        self.worker, self.observation_mode, self.max_concurrency = None, "same", max_concurrency
+        self.mode = s.autoreset_mode  # ours; autoreset_mode: gymnasium's enum
+        self.autoreset_mode = gym.vector.AutoresetMode(self.mode.value)
+        metadata, self.render_mode = probed if probed else self._first_env_metadata()
+        self.metadata = {**metadata, "autoreset_mode": self.autoreset_mode}
+        self.single_observation_space, self.single_action_space = obs_space, act_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata = {**getattr(self, "metadata", {}),
-                         "autoreset_mode": gym.vector.AutoresetMode(self.mode.value)}
-        self.render_mode = None
-        self._ended = np.zeros(self.num_envs, dtype=bool)
-        self._pending = False
+        self._ended, self._pickled = np.zeros(s.num_envs, bool), _has_pickled_leaf(obs_space)
+        self._pending: Pending | None = None
+        self._received: list[StepResult] = []  # steps a timed-out step_wait already received
 
     @property
     def sampler(self) -> VecSampler:
         """The VecSampler underneath, for step_send/step_recv and stats()."""
         return self._sampler
 
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """Each env's ``np_random_seed``, read from the envs."""
+        return self.get_attr("np_random_seed")
+
+    @property  # type: ignore[misc]  # gymnasium's has a setter; the envs' own cannot be set
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
+        """Each env's random generator (a copy: the envs live in the workers)."""
+        return self.get_attr("np_random")
+
+    # --- reset -----------------------------------------------------------------------------------
+
     def reset(
-        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+        self, *, seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
-        if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
-        elif isinstance(seed, int) and not isinstance(seed, bool):
-            seeds = [seed + i for i in range(self.num_envs)]  # gymnasium's convention
-        elif isinstance(seed, list):
-            seeds = list(seed)
-        else:
-            raise errors.ConfigError(
-                f"seed must be None, an int or a list of one seed per env, got {seed!r}."
-            )
-        options = dict(options) if options else None
-        mask = options.pop("reset_mask", None) if options else None
-        obs, env_infos = self._sampler.reset(seeds, options or None, mask=mask)
+        """Resets the envs (those in ``options["reset_mask"]``, if given); (obs, infos)."""
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(
+        self, seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """Checks and records a reset; ``reset_wait`` runs it (the workers reset on request)."""
+        self._expect_idle("reset_async")
+        seeds = _seeds(seed, self.num_envs)
+        options, mask = _split_reset_mask(options, self.num_envs)
+        self._pending = ("reset", (seeds, options, mask))
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        """Runs the reset recorded by ``reset_async``, in at most ``timeout`` seconds."""
+        seeds, options, mask = self._take("reset")
+        with _call_deadline(self._sampler, timeout), _env_errors():
+            obs, env_infos = self._sampler.reset(seeds, options, mask=mask)
         infos: dict[str, Any] = {}
-        for i in range(self.num_envs):
+        for i, info in enumerate(env_infos):
             if mask is None or mask[i]:
-                infos = self._add_info(infos, env_infos[i], i)
-        self._ended[mask if mask is not None else slice(None)] = False
-        return (copy_tree(obs) if self.copy else obs), infos
+                infos = self._add_info(infos, info, i)
+        self._ended[slice(None) if mask is None else mask] = False
+        return self._observations(obs), infos
 
-    def step_async(self, actions: Any) -> None:
-        if self.mode is AutoresetMode.DISABLED and self._ended.any():
-            raise errors.PendingCallError(
-                f"envs {np.nonzero(self._ended)[0].tolist()} ended and autoreset is disabled; "
-                f"call reset(options={{'reset_mask': mask}}) for them before stepping."
-            )
-        self._sampler.send_all(actions)
-        self._pending = True
-
-    def step_wait(
-        self, timeout: float | None = None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        if not self._pending:
-            raise errors.NoPendingError("step_wait() without a prior step_async(actions).")
-        results = self._sampler.step_recv(None, deadline=timeout)
-        self._pending = False
-        v = self._sampler.batch(results)
-        infos = self._vector_infos(v)
-        self._ended = v.terminated | v.truncated
-        obs = copy_tree(v.obs) if self.copy else v.obs
-        return obs, v.rewards.copy(), v.terminated.copy(), v.truncated.copy(), infos
+    # --- step ------------------------------------------------------------------------------------
 
     def step(
         self, actions: Any
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Steps every env with its row of ``actions``; (obs, rewards, terminated, truncated,
+        infos)."""
         self.step_async(actions)
         return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Checks ``actions``, writes them to shared memory and starts every worker."""
+        self._expect_idle("step_async")
+        _check_action_batch(actions, self.num_envs)
+        if self.mode is AutoresetMode.DISABLED and self._ended.any():
+            raise errors.PendingCallError(
+                f"envs {np.nonzero(self._ended)[0].tolist()} ended and autoreset is disabled; "
+                f"call reset(options={{'reset_mask': mask}}) for them before stepping.",
+                name="reset")
+        with _env_errors():
+            self._sampler.send_all(actions)
+        self._pending, self._received = ("step", ()), []
+
+    def step_wait(
+        self, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Waits for the step started by ``step_async``, at most ``timeout`` seconds.
+
+        A timeout leaves the late workers' steps pending: the next ``step_wait`` returns them.
+        """
+        self._expect_pending("step")
+        try:
+            with _env_errors():
+                results = self._sampler.step_recv(None, deadline=timeout)
+        except errors.DeadlineExceededError as exc:
+            self._received.extend(exc.results)
+            raise
+        except BaseException:
+            self._pending = None
+            raise
+        self._pending = None
+        v = self._sampler.batch([*self._received, *results])
+        self._received = []
+        infos = self._vector_infos(v)
+        self._ended = v.terminated | v.truncated
+        return (self._observations(v.obs), v.rewards.copy(), v.terminated.copy(),
+                v.truncated.copy(), infos)
 
     def _vector_infos(self, v: StepResult) -> dict[str, Any]:
         step_infos, reset_infos = v.infos, v.reset_infos
@@ -174,7 +234,7 @@ class VectorEnv(gym.vector.VectorEnv):
         for i in range(self.num_envs):
             info = step_infos.get(i, {})
             if self.mode is AutoresetMode.SAME_STEP and v.has_final_obs[i]:
-                final = copy_tree(index_tree(v.final_obs, i))
+                final = _unbatch(self.single_observation_space, v.final_obs, i)
                 infos = self._add_info(infos, {"final_obs": final, "final_info": info}, i)
                 info = reset_infos.get(i, {})
             elif self.mode is AutoresetMode.NEXT_STEP and i in reset_infos:
@@ -182,26 +242,308 @@ class VectorEnv(gym.vector.VectorEnv):
             infos = self._add_info(infos, info, i)
         return infos
 
+    def _observations(self, obs: Any) -> Any:
+        if self.copy or not self.shared_memory:
+            obs = copy_tree(obs)
+        return _as_tuples(self.single_observation_space, obs) if self._pickled else obs
+
+    # --- calls -----------------------------------------------------------------------------------
+
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
+        """Records a call of ``name`` on every env; ``call_wait`` runs it."""
+        self._expect_idle("call_async")
+        self._pending = ("call", (name, args, kwargs))
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """Runs the call recorded by ``call_async``, in at most ``timeout`` seconds."""
+        name, args, kwargs = self._take("call")
+        with _call_deadline(self._sampler, timeout), _env_errors():
+            return tuple(self._sampler.call(name, *args, **kwargs))
+
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        return tuple(self._sampler.call(name, *args, **kwargs))
+        """Calls ``name`` on every env (or reads it, if not callable); one result per env."""
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
-        return tuple(self._sampler.get_attr(name))
+        """``call(name)``, as gymnasium defines it: a method is called, an attribute read."""
+        return self.call(name)
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        self._sampler.set_attr(name, values)
+        """Sets ``name`` on every env: a list or tuple gives one value per env."""
+        self._expect_idle("set_attr")
+        with _env_errors():
+            self._sampler.set_attr(name, values)
 
-    def close_extras(self, **kwargs: Any) -> None:
-        self._sampler.close()
+    def render(self) -> tuple[Any, ...] | None:
+        """Every env's ``render()``, as ``call("render")``."""
+        return self.call("render")
+
+    # --- state -----------------------------------------------------------------------------------
+
+    def _expect_idle(self, call: str) -> None:
+        if self.closed:
+            raise errors.ClosedError(what="VectorEnv")
+        if self._pending is not None:
+            name = self._pending[0]
+            raise errors.AlreadyPendingError(
+                f"Calling `{call}` while waiting for a pending call to `{name}` to complete; "
+                f"call `{name}_wait()` first.", name=name)
+
+    def _expect_pending(self, name: str) -> tuple[Any, ...]:
+        if self.closed:
+            raise errors.ClosedError(what="VectorEnv")
+        if self._pending is None or self._pending[0] != name:
+            other = f" (`{self._pending[0]}` is pending)" if self._pending else ""
+            raise errors.NoPendingError(
+                f"Calling `{name}_wait` without any prior call to `{name}_async`.{other} Call "
+                f"`{name}_async(...)` first, or `{name}(...)` to do both.", name=name)
+        return self._pending[1]
+
+    def _take(self, name: str) -> tuple[Any, ...]:
+        args = self._expect_pending(name)
+        self._pending = None  # a failed or timed-out call is over, as in gymnasium
+        return args
+
+    def _first_env_metadata(self) -> tuple[dict[str, Any], str | None]:
+        """env 0's metadata and render_mode, read in its worker (no env was built here)."""
+        metadata, mode = (self._sampler.call(name)[0] for name in ("metadata", "render_mode"))
+        return dict(metadata), mode
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False,
+                     **kwargs: Any) -> None:
+        """Stops the workers: waits up to ``timeout`` s (5 by default, 0 with ``terminate``)."""
+        if self._pending is not None:
+            logger.warn(f"Calling `close` while waiting for a pending call to "
+                        f"`{self._pending[0]}` to complete.", stacklevel=3)
+            self._pending = None
+        if hasattr(self, "_sampler"):
+            self._sampler.close(0.0 if terminate else 5.0 if timeout is None else timeout)
 
     def __repr__(self) -> str:
         return f"vecsample.VectorEnv({self.num_envs} envs, {self._sampler!r})"
 
 
-def _default_workers(num_envs: int) -> int:
-    """The largest divisor of num_envs that does not exceed the cores we may use."""
-    limit = max(1, min(num_envs, usable_cores()))
-    return max(d for d in range(1, limit + 1) if num_envs % d == 0)
+# --- constructor helpers -------------------------------------------------------------------------
+
+
+def _check_options(worker: Any, observation_mode: Any, daemon: Any) -> None:
+    """Refuses the AsyncVectorEnv options vecsample's workers cannot honour; warns on daemon."""
+    if worker is not None:
+        raise errors.UnsupportedOptionError(
+            name="worker", expected="None", got=worker,
+            fix="a custom worker function cannot run in vecsample's workers, which each step a "
+            "block of envs through shared memory with their own protocol. Put the custom "
+            "per-env logic in a gymnasium.Wrapper applied inside env_fns, or use "
+            "gymnasium.vector.AsyncVectorEnv for it")
+    if isinstance(observation_mode, str) and observation_mode not in ("same", "different"):
+        raise errors.ConfigError(
+            name="observation_mode", expected="'same'", got=observation_mode,
+            fix="vecsample batches identical observation spaces only")
+    if not (isinstance(observation_mode, str) and observation_mode == "same"):
+        raise errors.UnsupportedOptionError(
+            name="observation_mode", expected="'same'", got=observation_mode,
+            fix="vecsample's workers need every env's observation space to equal the first "
+            "env's (one shared-memory layout). Make the spaces equal (e.g. with a wrapper "
+            "that rescales or pads), or use gymnasium.vector.AsyncVectorEnv for such envs")
+    if not daemon:
+        warnings.warn(
+            "VectorEnv(daemon=False) has no effect: vecsample's workers are always daemonic, so "
+            "that no worker outlives a parent that exits without close(). An env cannot start "
+            "processes of its own in them (see docs/gymnasium.md).", UserWarning, stacklevel=3)
+
+
+def _probe(
+    fns: list[EnvFn], kwargs: dict[str, Any]
+) -> tuple[Space, Space, tuple[dict[str, Any], str | None] | None]:
+    """The spaces (``kwargs``' own, else env 0's) and, if env 0 was built here, its metadata
+    and render_mode; pops ``observation_space``/``action_space`` from ``kwargs``."""
+    obs, act = kwargs.pop("observation_space", None), kwargs.pop("action_space", None)
+    if obs is not None and act is not None:
+        return obs, act, None
+    try:
+        env = fns[0]()
+    except Exception as exc:
+        raise errors.EnvFactoryError(
+            f"env_fns[0]() raised {type(exc).__name__}: {exc}; fix the factory (it is called "
+            f"once in the parent to read the spaces, metadata and render_mode)."
+        ) from exc
+    try:
+        return (env.observation_space if obs is None else obs,
+                env.action_space if act is None else act,
+                (dict(env.metadata), env.render_mode))
+    finally:
+        env.close()
+
+
+def _unfixed_part(space: Any, path: str = "") -> tuple[str, Any] | None:
+    """The path and space of the first part of ``space`` that shared memory cannot hold."""
+    if isinstance(space, SHARED_MEMORY_SPACES):
+        return None
+    if isinstance(space, spaces.Dict):
+        items: Iterator[tuple[Any, Any]] = iter(space.spaces.items())
+    elif isinstance(space, (spaces.Tuple, spaces.OneOf)):
+        items = enumerate(space.spaces)
+    else:
+        return path, space
+    for key, sub in items:
+        found = _unfixed_part(sub, f"{path}/{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _check_shared_memory(space: Space) -> None:
+    """``shared_memory=True``: the observation space must have one fixed layout."""
+    found = _unfixed_part(space)
+    if found is None:
+        return
+    path, part = found
+    what = type(part).__name__ + (f" (at {path})" if path else "")
+    if isinstance(part, DYNAMIC_SPACES):
+        reason = f"{what} has a dynamic shape so its not possible to make a static shared memory."
+    else:
+        reason = f"{what} is a custom space, which a fixed shared-memory layout cannot hold."
+    raise errors.SharedMemorySpaceError(
+        f"shared_memory=True with observation space {space}: {reason} Pass "
+        f"shared_memory=False to send these observations through the pipes (pickled), as "
+        f"AsyncVectorEnv does.")
+
+
+def _worker_count(num_envs: int, num_workers: Any, max_concurrency: Any) -> int:
+    """``num_workers``, or the default; checks both against ``max_concurrency``."""
+    if isinstance(num_workers, bool):
+        raise errors.ConfigError(
+            name="num_workers", expected="None or an int >= 1", got=num_workers,
+            fix="VectorEnv's second positional argument is num_workers (AsyncVectorEnv's is "
+            "shared_memory): pass shared_memory= and the other AsyncVectorEnv options by keyword")
+    limit = usable_cores()
+    if max_concurrency is not None:
+        cap = check_int(max_concurrency, "max_concurrency", fix="None puts no limit")
+        if num_workers is not None and num_workers > cap:
+            raise errors.ConfigError(
+                f"num_workers={num_workers} would run more than max_concurrency={cap} envs at "
+                f"once (each worker runs one env at a time); pass num_workers <= {cap}.")
+        limit = min(limit, cap)
+    return max(1, min(num_envs, limit)) if num_workers is None else int(num_workers)
+
+
+# --- call helpers --------------------------------------------------------------------------------
+
+
+def _seeds(seed: Any, num_envs: int) -> list[int | None]:
+    """gymnasium's convention: None, an int (env i gets ``seed + i``) or one seed per env."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        return [int(seed) + i for i in range(num_envs)]
+    if isinstance(seed, (list, tuple)):
+        if len(seed) != num_envs:
+            raise errors.ConfigError(
+                f"seed: a list needs one seed per env, expected {num_envs}, got {len(seed)}; "
+                f"pass {num_envs} seeds (None leaves an env unseeded) or one int.")
+        return list(seed)
+    raise errors.ConfigError(
+        name="seed", expected="None, an int or a list of one seed per env", got=seed)
+
+
+def _split_reset_mask(
+    options: dict[str, Any] | None, num_envs: int
+) -> tuple[dict[str, Any] | None, np.ndarray | None]:
+    """``options`` without ``"reset_mask"`` (the caller's dict is left alone), and the mask,
+    checked as gymnasium checks it."""
+    if options is None or "reset_mask" not in options:
+        return options, None
+    options = dict(options)
+    mask = options.pop("reset_mask")
+    where = "`options['reset_mask']`"
+    if not isinstance(mask, np.ndarray):
+        raise errors.ResetMaskError(
+            f"{where} must be a numpy array, got {type(mask)}; pass np.array([...], "
+            f"dtype=bool) with one entry per env.")
+    if mask.shape != (num_envs,):
+        raise errors.ResetMaskError(
+            f"{where} must have shape `({num_envs},)`, got {mask.shape}; pass one bool per env.")
+    if mask.dtype != np.bool_:
+        raise errors.ResetMaskError(
+            f"{where} must have `dtype=np.bool_`, got {mask.dtype}; convert it with "
+            f"mask.astype(bool).")
+    if not mask.any():
+        raise errors.ResetMaskError(
+            f"{where} must contain a boolean array with at least one True value, got "
+            f"reset_mask={mask}; to reset no env, do not call reset.")
+    return options, mask
+
+
+def _check_action_batch(actions: Any, num_envs: int) -> None:
+    """A single scalar is not a batch (the shapes themselves are checked by the sampler)."""
+    if isinstance(actions, (Mapping, list, tuple)) or np.ndim(actions) > 0:
+        return
+    raise errors.ActionCountError(
+        f"actions: expected a batch of {num_envs} actions (one per env, along the first axis), "
+        f"got the single value {actions!r}; pass e.g. envs.action_space.sample() or an array "
+        f"with {num_envs} rows.")
+
+
+def _has_pickled_leaf(space: Any) -> bool:
+    """Whether ``space`` has a part with no fixed shape (the sampler pickles those values)."""
+    if isinstance(space, spaces.Dict):
+        return any(_has_pickled_leaf(sub) for sub in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return any(_has_pickled_leaf(sub) for sub in space.spaces)
+    return not isinstance(space, FIXED_SPACES)
+
+
+def _as_tuples(space: Any, tree: Any) -> Any:
+    """A batch as gymnasium batches it: a tuple of values (not an object array) for each part
+    with no fixed shape (``Text``, ``Graph``, ``Sequence``, ``OneOf``, custom spaces)."""
+    if isinstance(space, spaces.Dict):
+        return {key: _as_tuples(sub, tree[key]) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_as_tuples(sub, part) for sub, part in zip(space.spaces, tree, strict=True))
+    return tree if isinstance(space, FIXED_SPACES) else tuple(tree)
+
+
+def _unbatch(space: Any, tree: Any, i: int) -> Any:
+    """Env ``i``'s value in a batch, as the env returns it: a copy of its array, a Python int
+    for ``Discrete`` (not a 0-d array), dicts and tuples for ``Dict`` and ``Tuple``."""
+    if isinstance(space, spaces.Dict):
+        return {key: _unbatch(sub, tree[key], i) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_unbatch(sub, part, i) for sub, part in zip(space.spaces, tree, strict=True))
+    value = tree[i]
+    if isinstance(space, spaces.Discrete):
+        return int(value)
+    if isinstance(space, FIXED_SPACES):
+        return np.array(value, copy=True)
+    return value
+
+
+@contextlib.contextmanager
+def _call_deadline(sampler: VecSampler, timeout: float | None) -> Iterator[None]:
+    """``timeout`` (if given) bounds the sampler's synchronous calls made inside the block."""
+    if timeout is None:
+        yield
+        return
+    saved, sampler.deadline = sampler.deadline, timeout
+    try:
+        yield
+    finally:
+        sampler.deadline = saved
+
+
+@contextlib.contextmanager
+def _env_errors() -> Iterator[None]:
+    """An env's exception, as AsyncVectorEnv reports it: logged through gymnasium's logger and
+    raised as the env's own builtin type too (``errors.as_env_exception``)."""
+    try:
+        yield
+    except errors.WorkerError as exc:
+        if exc.exc_type and exc.env is not None:
+            logger.error(f"Received the following error from Worker-{exc.env} - Shutting it down")
+            logger.error(exc.remote_traceback)
+            logger.error("Raising the last exception back to the main process.")
+        raise errors.as_env_exception(exc)  # noqa: B904  # the same exception, re-raised
 
 
 def make_vec(
@@ -222,11 +564,11 @@ def make_vec(
     Args:
         env_id: A registered gymnasium id (``vecsample.envs`` ids register on first use).
         num_envs: How many copies, an int >= 1.
-        num_workers: As for :class:`VectorEnv`; must divide ``num_envs``.
+        num_workers: As for :class:`VectorEnv` (``None``: one per usable core).
         autoreset_mode: As for :class:`VectorEnv` (``NEXT_STEP`` by default).
         copy: As for :class:`VectorEnv` (``False``: views of shared memory).
         env_kwargs: Keyword arguments for every ``gymnasium.make`` call (not ``**kwargs``).
-        **sampler_kwargs: Passed on to ``VecSampler`` (``seed``, ``context``, ``deadline``, ...).
+        **sampler_kwargs: Passed on to :class:`VectorEnv` (``shared_memory``, ``deadline``, ...).
 
     Raises:
         vecsample.errors.ConfigError: a bad ``num_envs``, ``num_workers`` or other setting.
