@@ -356,3 +356,17 @@ def test_observations_with_no_fixed_shape_are_tuples_as_in_gymnasium(make_vector
     obs, _ = env.reset(seed=0)
     assert isinstance(obs["text"], tuple) and all(isinstance(t, str) for t in obs["text"])
     assert obs["n"].shape == (2,) and obs in env.observation_space
+
+
+def test_every_failing_worker_is_read_and_reported(make_vector_env):
+    env = make_vector_env(fns(RaisingEnv, 4, at_step=1), num_workers=2)  # every env raises
+    env.reset()
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(RuntimeError) as info:
+        warnings.simplefilter("always")
+        env.step(np.zeros(4, dtype=np.int64))
+    lines = [str(w.message) for w in caught]
+    assert len(lines) == 5 and "Raising the last exception" in lines[4]
+    assert {re.search(r"Worker-(\d)", line)[1] for line in lines[0:4:2]} == {"0", "2"}
+    assert info.value.env in (0, 2)
+    with pytest.raises(errors.WorkerLostError):  # not WorkerBusyError: no step was left unread
+        env.reset()

@@ -212,8 +212,7 @@ class VectorEnv(gym.vector.VectorEnv):
         """
         self._expect_pending("step")
         try:
-            with _env_errors():
-                results = self._sampler.step_recv(None, deadline=timeout)
+            results = _recv_step(self._sampler, timeout)
         except errors.DeadlineExceededError as exc:
             self._received.extend(exc.results)
             raise
@@ -534,16 +533,42 @@ def _call_deadline(sampler: VecSampler, timeout: float | None) -> Iterator[None]
 
 @contextlib.contextmanager
 def _env_errors() -> Iterator[None]:
-    """An env's exception, as AsyncVectorEnv reports it: logged through gymnasium's logger and
-    raised as the env's own builtin type too (``errors.as_env_exception``)."""
+    """An env's exception, as AsyncVectorEnv reports it (``_reported``)."""
     try:
         yield
     except errors.WorkerError as exc:
-        if exc.exc_type and exc.env is not None:
-            logger.error(f"Received the following error from Worker-{exc.env} - Shutting it down")
-            logger.error(exc.remote_traceback)
-            logger.error("Raising the last exception back to the main process.")
-        raise errors.as_env_exception(exc)  # noqa: B904  # the same exception, re-raised
+        raise _reported([exc]) from exc.__cause__
+
+
+def _recv_step(sampler: VecSampler, timeout: float | None) -> list[StepResult]:
+    """Every pending worker's step. If envs raise, the other workers' steps are read too (none
+    is left in flight), and every error is reported as AsyncVectorEnv reports them."""
+    try:
+        return sampler.step_recv(None, deadline=timeout)
+    except errors.WorkerError as exc:
+        failures = [exc]
+    while True:  # each round receives at least one worker, or finds none left
+        try:
+            sampler.step_recv(None, deadline=timeout)
+        except errors.WorkerError as exc:
+            failures.append(exc)
+            continue
+        except (errors.NoPendingError, errors.DeadlineExceededError):
+            pass
+        raise _reported(failures) from failures[-1].__cause__
+
+
+def _reported(failures: list[errors.WorkerError]) -> errors.WorkerError:
+    """The last of ``failures``, after logging each through gymnasium's logger as
+    AsyncVectorEnv does, made an instance of the env's own exception type too
+    (``errors.as_env_exception``)."""
+    raised = [exc for exc in failures if exc.exc_type and exc.env is not None]  # not a death
+    for exc in raised:
+        logger.error(f"Received the following error from Worker-{exc.env} - Shutting it down")
+        logger.error(exc.remote_traceback)
+    if raised:
+        logger.error("Raising the last exception back to the main process.")
+    return errors.as_env_exception(failures[-1])
 
 
 def make_vec(
