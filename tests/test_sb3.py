@@ -92,6 +92,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_steps_match_subproc_vec_env(make_venv, case):
+    # fork: the reference starts fastest, and these factories need no re-import.
     ref = make_venv(SubprocVecEnv, CASES[case](), start_method="fork")
     ours = make_venv(VecEnv, CASES[case](), num_workers=2)
     assert ours.observation_space == ref.observation_space

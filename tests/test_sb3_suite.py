@@ -155,6 +155,8 @@ def test_sb3_vec_env_suite_passes_with_vecsample_in_place_of_subprocvecenv(tmp_p
     suite = extract_suite(download_sdist(tmp_path, sb3_version), work)
     report = tmp_path / "report.xml"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(work)])}
+    # SB3's config and rootdir, no cache files left behind; a hung test fails after 300 s
+    # instead of stalling the run.
     cmd = [sys.executable, "-m", "pytest", str(suite), f"--junitxml={report}", "-q",
            "-p", "no:cacheprovider", f"--rootdir={work}", "--timeout=300"]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1400)

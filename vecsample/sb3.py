@@ -104,7 +104,7 @@ class VecEnv(_SB3VecEnv):
         start_method: str | None = None,
         *,
         num_workers: int | None = None,
-        check_actions: bool = False,
+        check_actions: bool = False,  # as SubprocVecEnv: see the docstring and docs/sb3.md
         **sampler_kwargs: Any,
     ) -> None:
         self.waiting = False
@@ -301,7 +301,7 @@ def _sampler_options(start_method: str | None, kwargs: dict[str, Any]) -> dict[s
         if name in kwargs:
             raise errors.ConfigError(f"{name} cannot be set on vecsample.sb3.VecEnv: {why}; "
                                      f"remove {name}={kwargs[name]!r}.")
-    if start_method is None:
+    if start_method is None:  # vecsample's default ("auto"), not SB3's forkserver: startup.py
         return kwargs
     if "context" in kwargs:
         raise errors.ConfigError(
