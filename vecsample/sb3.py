@@ -69,8 +69,8 @@ class VecEnv(_SB3VecEnv):
         start_method: SubprocVecEnv's argument: the multiprocessing start method ("fork",
             "forkserver", "spawn"); None: vecsample's default. Passed on as ``context``.
         num_workers: Worker processes, each stepping ``len(env_fns) // num_workers`` envs one
-            after another; must divide ``len(env_fns)``. None: the largest divisor not above
-            the usable cores (SubprocVecEnv starts one process per env).
+            after another; must divide ``len(env_fns)`` unless ``uneven_split=True``. None:
+            the largest divisor not above the usable cores (SubprocVecEnv: one per env).
         check_actions: Reject actions outside the action space before sending (ActionError).
             Off by default: SubprocVecEnv never checks, and SB3's ``unscale_action`` can land
             one float rounding outside a Box. Shapes and dtypes are checked either way.
