@@ -146,8 +146,13 @@ def test_worker_failed_in_a_synchronous_call_is_healed_before_its_next_use(make_
     s.reset()
     with pytest.raises(errors.WorkerError, match="no_such_method"):
         s.call("no_such_method")
-    out = s.step(ones(4))  # every worker was failed: each is respawned, then stepped
-    assert len(s.restart_log) == 2 and not out.restarted.any()
+    # Every worker was failed: each is respawned, and this step returns the restart (fresh
+    # episodes, flagged restarted and truncated), never envs silently reset.
+    out = s.step(ones(4))
+    assert len(s.restart_log) == 2 and out.restarted.all() and out.truncated.all()
+    np.testing.assert_array_equal(out.obs[:, 1], [0, 0, 0, 0])
+    out = s.step(ones(4))  # then they step, the flags cleared
+    assert not out.restarted.any()
     np.testing.assert_array_equal(out.obs[:, 1], [1, 1, 1, 1])
 
 

@@ -230,6 +230,8 @@ class WorkerError(VecSampleError, RuntimeError):
         self.exc_type = exc_type
         self.remote_traceback = remote_traceback
         self.results: list[StepResult] = list(results)
+        #: From a command (reset, call, ...): the replies of the workers that did answer.
+        self.replies: dict[int, Any] = {}
         if remote_traceback:
             self.__cause__ = RemoteTraceback(remote_traceback)
 

@@ -29,6 +29,7 @@ from vecsample.config import STARTUP_DEADLINE, SamplerConfig
 from vecsample.protocol import OK_MESSAGE, Command, ErrorReport, Reply, WorkerState, WorkerStates
 from vecsample.results import StepResult
 from vecsample.shm import SharedBuffers
+from vecsample.signals import critical
 from vecsample.startup import PickledFactory, check_main_guard
 from vecsample.worker import WorkerSpec, worker_main
 
@@ -157,18 +158,64 @@ class WorkerPool:
         # Build every message before sending any: a payload that fails to pickle must not leave
         # some workers busy with a command whose replies nobody reads.
         messages = {w: _dumps(command, payload(w)) for w in workers}
+        sent: list[int] = []
+        lost: list[errors.WorkerError] = []
         for w, message in messages.items():
-            try:
-                self.conns[w].send_bytes(message)
-            except OSError as exc:
-                raise self.died(w, command.name, []) from exc
-            self.states.transition(w, WorkerState.BUSY)
-        replies = self.gather(workers, command.name, limit)
+            with critical:  # sent and marked busy together, or neither
+                try:
+                    self.conns[w].send_bytes(message)
+                except OSError:
+                    lost.append(self.died(w, command.name, []))
+                    continue
+                self.states.transition(w, WorkerState.BUSY)
+            sent.append(w)
+        replies = self.gather(sent, command.name, limit)  # every sent command is answered
+        if lost:
+            lost[0].replies = {w: reply for w, (_, reply) in replies.items()}
+            raise lost[0]
         return {w: payload_ for w, (_, payload_) in replies.items()}
+
+    def request_or_heal(
+        self, command: Command, workers: Sequence[int], payload: Callable[[int], Any],
+        limit: float | None, heal: Callable[[list[int]], None] | None,
+    ) -> dict[int, Any]:
+        """``request``; with ``heal`` (restart on), workers that die or fail during it are
+        respawned and asked again, and the others' replies are kept."""
+        try:
+            return self.request(command, workers, payload, limit)
+        except errors.WorkerDiedError as exc:  # an env that raised is the caller's to see
+            if heal is None:
+                raise
+            replies = dict(exc.replies)
+            failed = [w for w in workers if w not in replies]
+            heal(failed)  # RestartLimitError past max_restarts
+            return {**replies, **self.request_or_heal(command, failed, payload, limit, heal)}
+
+    def settle(self, limit: float | None, raise_deaths: bool) -> None:
+        """Before a command: an interrupted command's replies are read, and workers that died
+        since their last call are marked dead (the first raised, unless they will restart)."""
+        self.drain(limit)
+        dead = self.find_dead()
+        if dead and raise_deaths:
+            raise dead[0]  # news to the caller; later calls get WorkerLostError
+
+    def find_dead(self) -> list[errors.WorkerDiedError]:
+        """Marks idle workers whose process is gone as dead (a death between calls)."""
+        dead = [w for w, proc in enumerate(self.procs)
+                if self.states.current[w] is WorkerState.IDLE and not proc.is_alive()]
+        return [self.died(w, "the time between two calls", []) for w in dead]
+
+    def drain(self, limit: float | None) -> None:
+        """Reads the replies of a command that a KeyboardInterrupt cut short, so that no stale
+        reply is ever taken for a later call's (a silent worker is marked failed)."""
+        busy = [w for w, s in enumerate(self.states.current) if s is WorkerState.BUSY]
+        if busy:
+            with contextlib.suppress(errors.WorkerError):  # its own state says what happened
+                self.gather(busy, "DRAIN", limit)
 
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None,
               mask: np.ndarray | None, limit: float | None, workers: Sequence[int] | None = None,
-              ) -> list[dict[str, Any]]:
+              heal: Callable[[list[int]], None] | None = None) -> list[dict[str, Any]]:
         """Resets the envs of ``workers`` (default: those with an env in ``mask``, or all);
         returns every env's reset info (empty for envs not reset)."""
         if workers is None:
@@ -180,7 +227,8 @@ class WorkerPool:
             return seeds[lo:hi], options, None if mask is None else mask[lo:hi]
 
         infos: list[dict[str, Any]] = [{} for _ in range(self.config.num_envs)]
-        for w, (reply, lane) in self.request(Command.RESET, workers, payload, limit).items():
+        replies = self.request_or_heal(Command.RESET, workers, payload, limit, heal)
+        for w, (reply, lane) in replies.items():
             lo = self.config.bounds(w)[0]
             for j, info in reply:
                 infos[lo + j] = info
@@ -189,10 +237,11 @@ class WorkerPool:
         return infos
 
     def each_env(self, command: Command, payload: Callable[[int, int], object],
-                 limit: float | None) -> list[Any]:
+                 limit: float | None, heal: Callable[[list[int]], None] | None) -> list[Any]:
         """``command`` to every worker with ``payload(lo, hi)`` of its block; one result per env."""
         workers = range(self.config.num_workers)
-        replies = self.request(command, workers, lambda w: payload(*self.config.bounds(w)), limit)
+        replies = self.request_or_heal(
+            command, workers, lambda w: payload(*self.config.bounds(w)), limit, heal)
         return [x for w in workers for x in replies[w]]
 
     def gather(
@@ -216,6 +265,7 @@ class WorkerPool:
                     except errors.WorkerError as exc:
                         failures.append(exc)  # read the others' replies first: none goes stale
         if failures:
+            failures[0].replies = {w: reply for w, (_, reply) in replies.items()}
             raise failures[0]
         return replies
 
@@ -241,17 +291,18 @@ class WorkerPool:
 
     def _read_reply(self, w: int, command: str) -> tuple[Reply, Any]:
         conn = self.conns[w]
-        try:
-            if not conn.poll():
-                raise EOFError
-            message = conn.recv_bytes()
-        except (EOFError, OSError) as exc:
-            raise self.died(w, command, []) from exc
-        tag, payload = (Reply.OK, None) if message == OK_MESSAGE else pickle.loads(message)
-        assert isinstance(tag, Reply)
-        if tag is Reply.ERROR:
-            raise self.failed(w, payload, [])
-        self.states.transition(w, WorkerState.IDLE)
+        with critical:  # read and recorded together: a pipe is never left half read
+            try:
+                if not conn.poll():
+                    raise EOFError
+                message = conn.recv_bytes()
+            except (EOFError, OSError) as exc:
+                raise self.died(w, command, []) from exc
+            tag, payload = (Reply.OK, None) if message == OK_MESSAGE else pickle.loads(message)
+            assert isinstance(tag, Reply)
+            if tag is Reply.ERROR:
+                raise self.failed(w, payload, [])
+            self.states.transition(w, WorkerState.IDLE)
         return tag, payload
 
 

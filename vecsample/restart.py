@@ -54,10 +54,18 @@ class Restarts:
             except errors.WorkerError as exc:
                 results += exc.results
                 results.append(self._restart(exc.worker, exc.reason, exc, results, copy))
+                for w in self._lost_too(pending, exc.worker):  # died in the same collect
+                    results.append(self._restart(w, "died in the same step", exc, results, copy))
             if timeout is not None:  # a partial batch: the restarted worker is enough
                 return results
-            pending = [w for w in pending if self._pool.states[w] is WorkerState.STEPPING]
+            got = {r.worker for r in results}  # read but not yet delivered: still STEPPING
+            pending = [w for w in pending
+                       if self._pool.states[w] is WorkerState.STEPPING and w not in got]
         return results
+
+    def _lost_too(self, pending: list[int], reported: int) -> list[int]:
+        states = self._pool.states
+        return [w for w in pending if w != reported and states[w] is WorkerState.DEAD]
 
     def seeds_for_reset(self, seed: SeedArg) -> list[int | None]:
         """The seeds of a ``reset(seed)``: None gives the constructor's seed once, then none;
@@ -79,7 +87,9 @@ class Restarts:
             state = self._pool.states[w]
             if state in (WorkerState.FAILED, WorkerState.DEAD):
                 cause = errors.WorkerLostError(call="heal", worker=w, state=state.value)
-                self._restart(w, f"was {state.value} after a synchronous call", cause, [], False)
+                result = self._restart(w, f"was {state.value} when it was next used", cause,
+                                       [], True)
+                self._channel.hold(w, result)  # its next step returns this restart
 
     def _restart(self, w: int, reason: str, cause: BaseException, results: list[StepResult],
                  copy: bool) -> StepResult:
@@ -93,7 +103,11 @@ class Restarts:
                 remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
             ) from cause
         self.log.append((w, reason))
-        reset_infos = self._respawn(w)
+        try:
+            reset_infos = self._respawn(w)
+        except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
+            exc.results = [*results, *exc.results]
+            raise
         result = self._channel.result_of(w, copy)
         lo = self._config.bounds(w)[0]
         for j, info in reset_infos:

@@ -150,6 +150,7 @@ class VecSampler:
         #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
         self.restart_log = self._restarts.log
         self._collect = self._restarts.collect if self.restart else self._channel.collect
+        self._heal = self._restarts.heal if self.restart else None
         self._closed = False
         try:
             self._pool.start()
@@ -209,9 +210,8 @@ class VecSampler:
         start = time.perf_counter()
         results = self._collect(pending, timeout, deadline, copy)
         self._meter.timers["wait_s"] += time.perf_counter() - start
-        self._meter.timers["recvs"] += 1
-        self._meter.timers["workers_received"] += len(results)
-        return results
+        # Last, and counted there: an interrupt before it loses nothing.
+        return self._channel.deliver(results, self._meter.timers)
 
     def send_all(self, actions: Actions) -> None:
         """Writes ``actions`` (num_envs rows) to shared memory and starts every worker."""
@@ -251,10 +251,11 @@ class VecSampler:
         ``seed``: an int seeds env j with child j of ``SeedSequence(seed)``; a list gives each
         env its own seed; None uses the constructor's seed on the first reset, then no reseed.
         """
-        self._expect_all_idle("reset")
+        self._expect_commandable("reset")
         flags = _check_mask(mask, self.num_envs)
         seeds = self._restarts.seeds_for_reset(seed)
-        infos = self._pool.reset(seeds, options, flags, self.deadline)
+        infos = self._pool.reset(seeds, options, flags, self.deadline, heal=self._heal)
+        self._channel.drop_held()  # respawned workers were reset too: no restart to report
         return self._channel.all_views.obs, infos
 
     def reset_task(self, tasks: Sequence[object]) -> None:
@@ -282,8 +283,14 @@ class VecSampler:
         self._each(Command.SET_ATTR, lambda lo, hi: (name, per_env[lo:hi]))
 
     def _each(self, command: Command, payload: Callable[[int, int], object]) -> list[Any]:
-        self._expect_all_idle(command.name.lower())
-        return self._pool.each_env(command, payload, self.deadline)
+        self._expect_commandable(command.name.lower())
+        return self._pool.each_env(command, payload, self.deadline, self._heal)
+
+    def _expect_commandable(self, call: str) -> None:
+        """Reads an interrupted command's replies; finds workers that died since their last call."""
+        self._check_open()
+        self._pool.settle(self.deadline, raise_deaths=not self.restart)
+        self._expect_all_idle(call)
 
     # --- state checks ----------------------------------------------------------------------------
 

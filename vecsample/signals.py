@@ -1,9 +1,14 @@
 """SIGTERM closes every open sampler cleanly; SIGINT stays Python's KeyboardInterrupt.
 
-SIGINT: Python raises KeyboardInterrupt in the main thread; the sampler's state stays consistent
-at every point, workers ignore SIGINT (they get it too on Ctrl-C), and ``with`` blocks or the
-finalizer close the sampler as the exception unwinds. A trainer that catches KeyboardInterrupt
-to save a checkpoint keeps a working sampler.
+SIGINT: Python raises KeyboardInterrupt in the main thread, between any two bytecodes. The few
+steps that must happen together (read a reply off a pipe and record it; send a command and
+mark the worker busy) run inside ``critical()``: while Python's own SIGINT handler is in place,
+vecsample's replaces it with one that, inside such a section, only notes the interrupt, and the
+section's end raises it. So a caught KeyboardInterrupt never leaves a half-read pipe or a
+state that disagrees with the worker. Workers ignore SIGINT (they get it too on Ctrl-C), and
+``with`` blocks or the finalizer close the sampler as the exception unwinds. A trainer that
+catches KeyboardInterrupt to save a checkpoint keeps a working sampler. A SIGINT handler of
+the user's own is never replaced.
 
 SIGTERM: its default action kills the process with no cleanup. When the handler is still the
 default, the first sampler installs one that closes every open sampler (workers exit through
@@ -38,6 +43,46 @@ def register(sampler: Closable) -> None:
     """Tracks ``sampler`` until it is closed, installing the SIGTERM handler if still default."""
     _open.add(sampler)
     _install()
+    _install_sigint()
+
+
+class _Critical:
+    """Sections that a SIGINT must not cut in two; the interrupt is raised at their end."""
+
+    depth = 0
+    pending = False
+
+    def __enter__(self) -> None:
+        _Critical.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        _Critical.depth -= 1
+        if _Critical.pending and _Critical.depth == 0:
+            _Critical.pending = False
+            signal.default_int_handler(signal.SIGINT, None)  # Python's own KeyboardInterrupt
+
+    @staticmethod
+    def interrupted() -> bool:
+        """Inside a section: whether a SIGINT came and will be raised at its end."""
+        return _Critical.pending
+
+
+#: ``with critical:`` defers a SIGINT to the end of the block (see the module docstring).
+critical = _Critical()
+
+
+def _install_sigint() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    if _Critical.depth > 0:
+        _Critical.pending = True  # raised when the section ends
+        return
+    signal.default_int_handler(signum, frame)  # Python's own, as if no handler were set
 
 
 def unregister(sampler: Closable) -> None:

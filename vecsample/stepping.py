@@ -8,6 +8,7 @@ doorbells, is in ``handshake.py``; the worker processes and their pipes are the 
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from vecsample.pool import WorkerPool
 from vecsample.protocol import InfoRecord, Reply, WorkerState
 from vecsample.results import StepResult
 from vecsample.shm import SharedBuffers, Views
+from vecsample.signals import critical
 from vecsample.spaces import copy_tree
 
 
@@ -38,47 +40,99 @@ class StepChannel:
         self.all_views: Views = buffers.views()
         self.views = [buffers.views(*config.bounds(w)) for w in range(config.num_workers)]
         self._flagged = [False] * config.num_workers  # restarted flags to clear on next send
+        #: Results read but not yet returned (a KeyboardInterrupt came between): the next
+        #: collect returns them first; their workers stay STEPPING until then.
+        self._stash: dict[int, StepResult] = {}
+        #: A worker respawned before its next step: that step is not run, its result is the
+        #: flagged restart (held here until the step is posted).
+        self._held: dict[int, StepResult] = {}
 
     def post(self, w: int) -> None:
         """Posts worker ``w``'s step; ``ring`` must follow (one fence covers many posts)."""
-        if self._flagged[w]:  # a restart's flags last until the worker's next step
-            self.views[w].restarted[:] = False
-            self._flagged[w] = False
-        self._hs.post(w)
-        self._states.transition(w, WorkerState.STEPPING)
+        with critical:
+            held = self._held.pop(w, None)
+            if held is not None:  # respawned since its last step: its restart is the result
+                self._stash[w] = held
+            else:
+                if self._flagged[w]:  # a restart's flags last until the worker's next step
+                    self.views[w].restarted[:] = False
+                    self._flagged[w] = False
+                self._hs.post(w)
+            self._states.transition(w, WorkerState.STEPPING)
+
+    def hold(self, w: int, result: StepResult) -> None:
+        """Worker ``w`` was respawned while idle: its next step returns ``result`` instead."""
+        self._held[w] = result
+
+    def drop_held(self) -> None:
+        """A reset replaced every held restart result with fresh episodes."""
+        self._held.clear()
 
     def ring(self, workers: Sequence[int]) -> None:
         """Wakes those of ``workers`` that sleep on their pipe (handshake.py)."""
         handshake.fence()
         for w in workers:
-            if not self._hs.wants_ring(w):
+            if w in self._stash or not self._hs.wants_ring(w):
                 continue
-            try:
+            # A dead worker cannot be rung; its sentinel reports it in the next collect, where
+            # the restart policy (or the error) handles it with the other workers' results.
+            with contextlib.suppress(OSError):
                 self._pool.conns[w].send_bytes(DOORBELL)
-            except OSError as exc:
-                raise self._pool.died(w, "STEP", []) from exc
         if self._action_lane:
-            self._send_actions(workers)
+            self._send_actions([w for w in workers if w not in self._stash])
 
     def _send_actions(self, workers: Sequence[int]) -> None:
         """The pickled action leaves of ``workers``, after their post (worker.py reads them)."""
         for w in workers:
             lo, hi = self._config.bounds(w)
             message = pickle.dumps(self._buffers.lane(lo, hi, ("act",)), pickle.HIGHEST_PROTOCOL)
-            try:
+            with contextlib.suppress(OSError):  # dead: the next collect reports it (see ring)
                 self._pool.conns[w].send_bytes(message)
-            except OSError as exc:
-                raise self._pool.died(w, "STEP", []) from exc
 
     def collect(self, pending: list[int], timeout: float | None, deadline: float | None,
                 copy: bool) -> list[StepResult]:
-        """The steps of ``pending`` workers: all of them, or (``timeout``) a partial batch."""
+        """The steps of ``pending`` workers: all of them, or (``timeout``) a partial batch.
+
+        The results stay stashed (their workers STEPPING) until ``deliver``, the caller's last
+        act before returning them; when an error ends the call they travel in its ``results``.
+        So a KeyboardInterrupt in between leaves them for the next collect: none is lost."""
         results: list[StepResult] = []
+        try:
+            self._collect(results, pending, timeout, deadline, copy)
+        except errors.VecSampleError:
+            self.deliver(results)
+            raise
+        return results
+
+    def deliver(self, results: list[StepResult], timers: dict[str, float] | None = None,
+                ) -> list[StepResult]:
+        """Hands ``results`` over: their workers become idle, and ``timers`` counts them
+        (``workers_received``). A SIGINT during it undoes it."""
+        with critical:
+            done = []
+            for r in results:
+                assert r.worker is not None
+                stashed = self._stash.pop(r.worker, None)
+                if stashed is not None:
+                    self._states.transition(r.worker, WorkerState.IDLE)
+                    done.append((r.worker, stashed))
+            if critical.interrupted():  # raised at the block's end: keep them for next time
+                for w, stashed in done:
+                    self._states.transition(w, WorkerState.STEPPING)
+                    self._stash[w] = stashed
+            elif timers is not None:
+                timers["recvs"] += 1
+                timers["workers_received"] += len(results)
+        return results
+
+    def _collect(self, results: list[StepResult], pending: list[int], timeout: float | None,
+                 deadline: float | None, copy: bool) -> None:
         waiting = set(pending)
         deadline_at = None if deadline is None else time.monotonic() + deadline
         window_end: float | None = None
+        deaths: list[errors.WorkerDiedError] = []  # raised once the others are read
         while waiting:
-            ready = self._hs.ready(waiting)
+            ready = [w for w in waiting if w in self._stash] or self._hs.ready(waiting)
             if ready:
                 for w in sorted(ready):
                     waiting.discard(w)
@@ -95,32 +149,42 @@ class StepChannel:
             until = _earliest(deadline_at, window_end)
             sentinels = {self._pool.sentinel(w): w for w in waiting}
             dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
-            self._check_dead(dead, results)
-        return results
+            deaths += self._deaths(dead, waiting)
+            if deaths and timeout is not None and window_end is None:
+                window_end = time.monotonic() + timeout  # a death ends a partial batch too
+        if deaths:
+            deaths[0].results = list(results)
+            raise deaths[0]
 
-    def _check_dead(self, dead: list[int], results: list[StepResult]) -> None:
-        # Data before death: a worker that finished its step and then died still delivers it.
+    def _deaths(self, dead: list[int], waiting: set[int]) -> list[errors.WorkerDiedError]:
+        """The workers of ``dead`` that died before finishing (taken out of ``waiting``): data
+        before death, a worker that finished its step and then died still delivers it."""
         finished = self._hs.ready(dead)
-        for w in dead:
-            if w not in finished:
-                raise self._pool.died(w, "STEP", results)
+        lost = [w for w in dead if w not in finished]
+        waiting.difference_update(lost)
+        return [self._pool.died(w, "STEP", []) for w in lost]
 
     def _read_step(self, w: int, copy: bool, results: list[StepResult]) -> StepResult:
-        records = None
-        if self._hs.received(w) == REPLY_MESSAGE:
-            try:
-                message = self._pool.conns[w].recv_bytes()
-            except (EOFError, OSError) as exc:
-                raise self._pool.died(w, "STEP", results) from exc
-            tag, payload = pickle.loads(message)
-            if tag is Reply.ERROR:
-                raise self._pool.failed(w, payload, results)
-            records, lane = payload
-            if lane:
-                self._buffers.apply_lane(self._config.bounds(w)[0], lane)
-        self._states.transition(w, WorkerState.IDLE)
-        result = self.result_of(w, copy)
-        _add_infos(result, records)
+        """Worker ``w``'s finished step, read off the handshake (and pipe) in one piece."""
+        stashed = self._stash.get(w)
+        if stashed is not None:
+            return stashed
+        with critical:
+            records = None
+            if self._hs.received(w) == REPLY_MESSAGE:
+                try:
+                    message = self._pool.conns[w].recv_bytes()
+                except (EOFError, OSError) as exc:
+                    raise self._pool.died(w, "STEP", results) from exc
+                tag, payload = pickle.loads(message)
+                if tag is Reply.ERROR:
+                    raise self._pool.failed(w, payload, results)
+                records, lane = payload
+                if lane:
+                    self._buffers.apply_lane(self._config.bounds(w)[0], lane)
+            result = self.result_of(w, copy)
+            _add_infos(result, records)
+            self._stash[w] = result
         return result
 
     def result_of(self, w: int | None, copy: bool) -> StepResult:
