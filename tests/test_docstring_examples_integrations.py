@@ -19,6 +19,7 @@ import pytest
 DOCUMENTED = [
     ("vecsample.maml.sampler", "MultiTaskSampler"),
     ("vecsample.ray.sampler", "RaySampler"),
+    ("vecsample.sb3", "VecEnv"),
 ]
 
 

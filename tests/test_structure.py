@@ -26,9 +26,11 @@ MAX_CLASS_LINES = 300
 #: Packages the core must not import. ``vecsample.envs`` is deliberately absent: ``EnvMaker``
 #: imports it by name (``importlib.import_module("vecsample.envs")``) to register the meta-RL task
 #: envs when an env id is not yet known to gymnasium; that is allowed.
-FORBIDDEN = ("vecsample.train", "vecsample.tools", "vecsample.ray", "vecsample.maml")
+FORBIDDEN = (
+    "vecsample.train", "vecsample.tools", "vecsample.ray", "vecsample.maml", "vecsample.sb3",
+)
 #: What ``import vecsample`` must not load, checked in a fresh interpreter.
-NOT_LOADED = (*FORBIDDEN, "torch", "ray")
+NOT_LOADED = (*FORBIDDEN, "torch", "ray", "stable_baselines3")
 IMPORT_FUNCTIONS = {"import_module", "__import__"}
 
 

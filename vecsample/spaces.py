@@ -228,11 +228,19 @@ def bounds_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
     raise UnsupportedSpaceError(f"no bounds check for {type(leaf.space).__name__}")
 
 
+def _contains(space: spaces.Space[Any], value: Any) -> bool:
+    """``space.contains(value)``; a space whose contains() raises on the value does not hold it."""
+    try:
+        return bool(space.contains(value))
+    except Exception:  # a custom space's own check failed on this value: it is not in it
+        return False
+
+
 def _contains_checker(leaf: Leaf) -> Callable[[np.ndarray], None]:
     """A pickled leaf: each env's action must be in the space (``space.contains``)."""
 
     def check(arr: np.ndarray) -> None:
-        bad = np.array([not leaf.space.contains(x) for x in arr], dtype=bool)
+        bad = np.array([not _contains(leaf.space, x) for x in arr], dtype=bool)
         if bad.any():
             raise _out_of_space(leaf, bad, arr, "space.contains() is False")
 

@@ -378,8 +378,7 @@ class _Worker:
             if mask is not None and not mask[j]:
                 continue
             self.current_env = j
-            kwargs = {} if options is None else {"options": options}
-            obs, info = env.reset(seed=seeds[j], **kwargs)
+            obs, info = env.reset(seed=seeds[j], options=options)  # as gymnasium calls it
             self.write_obs(j, obs)
             v.terminated[j] = v.truncated[j] = v.has_final_obs[j] = v.restarted[j] = False
             self.ended[j] = False
