@@ -11,6 +11,8 @@ import contextlib
 import functools
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -18,10 +20,11 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from gymnasium import spaces as gym_spaces
 
 from vecsample import VecSampler, errors
 from vecsample.signals import critical
-from vecsample.testing import CountingEnv, SlowEnv, fns
+from vecsample.testing import CountingEnv, SlowEnv, SpaceEnv, fns
 
 posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
 
@@ -219,3 +222,180 @@ def test_6_interrupts_in_a_partial_batch_loop_lose_and_duplicate_nothing(make_sa
     assert all(received[w] <= sent[w] for w in sent)
     state = s.handshake_state()
     np.testing.assert_array_equal(state.finished, state.posted)
+
+
+# --- 9-10: processes that live and die with the right owner ---------------------------------
+
+
+@posix_only
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_9_a_sampler_made_in_a_thread_outlives_the_thread(context):
+    made: list[VecSampler] = []
+    thread = threading.Thread(target=lambda: made.append(
+        VecSampler(fns(CountingEnv, 2), num_workers=2, context=context, deadline=10)))
+    thread.start()
+    thread.join()
+    (s,) = made
+    try:
+        time.sleep(0.5)  # PR_SET_PDEATHSIG would have killed the workers by now
+        s.reset()
+        np.testing.assert_array_equal(s.step(ones(2)).obs[:, 1], [1, 1])
+    finally:
+        s.close()
+
+
+FORKING_PARENT = """
+import os, sys
+import numpy as np
+from vecsample import VecSampler
+from vecsample.testing import CountingEnv, fns
+if __name__ == "__main__":
+    s = VecSampler(fns(CountingEnv, 2), num_workers=2, context=sys.argv[1], deadline=10)
+    s.reset()
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)  # a normal exit: atexit and finalizers run in the child
+    os.waitpid(child, 0)
+    print(s.step(np.ones(2, dtype=np.int64)).obs[:, 1].tolist())
+    s.close()
+"""
+
+
+@posix_only
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_10_a_forked_child_that_exits_leaves_the_parents_sampler_working(tmp_path, context):
+    script = tmp_path / "forking.py"
+    script.write_text(FORKING_PARENT)
+    proc = subprocess.run([sys.executable, str(script), context], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[1.0, 1.0]"
+
+
+# --- 11, 17, 18: shapes -------------------------------------------------------------------------
+
+
+class FlatObsEnv(CountingEnv):
+    """Declares Box(2, 2) but returns (2,) observations from step."""
+
+    def __init__(self, env_index: int = 0) -> None:
+        super().__init__(env_index)
+        self.observation_space = gym_spaces.Box(-np.inf, np.inf, (2, 2), np.float64)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((2, 2)), {}
+
+    def step(self, action):
+        super().step(action)
+        return np.array([1.0, 2.0]), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("mode", ["SameStep", "NextStep"])
+def test_11_an_observation_of_the_wrong_shape_is_never_broadcast(make_sampler, mode):
+    s = make_sampler([functools.partial(FlatObsEnv, i) for i in range(2)], num_workers=1,
+                     autoreset_mode=mode)
+    s.reset()
+    with pytest.raises(errors.WorkerError, match=r"env 0 .*shape \(2,\), expected \(2, 2\)"):
+        s.step(ones(2))
+
+
+class VectorRewardEnv(CountingEnv):
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, np.array([reward]), terminated, truncated, info
+
+
+@pytest.mark.parametrize("mode", ["SameStep", "NextStep", "Disabled"])
+def test_17_a_reward_of_shape_1_is_one_typed_error_in_every_mode(make_sampler, mode):
+    env_fns = [CountingEnv, functools.partial(VectorRewardEnv, 1)]
+    s = make_sampler(env_fns, num_workers=1, autoreset_mode=mode)
+    s.reset()
+    with pytest.raises(errors.WorkerError, match=r"env 1 .*reward has shape \(1,\)"):
+        s.step(ones(2))
+
+
+def test_18_a_ragged_action_is_an_action_shape_error(make_sampler):
+    s = make_sampler([functools.partial(SpaceEnv, gym_spaces.Discrete(2),
+                                        gym_spaces.Box(0, 1, (3,)), i) for i in range(2)])
+    s.reset()
+    with pytest.raises(errors.ActionShapeError, match="ragged"):
+        s.step([[0.1, 0.2, 0.3], [0.4]])
+
+
+# --- 12-16: bounds and messages -----------------------------------------------------------------
+
+
+def _hangs_in_a_worker(parent: int) -> CountingEnv:
+    if os.getpid() != parent:
+        time.sleep(3600)
+    return CountingEnv()
+
+
+def test_12_startup_is_bounded_by_its_own_deadline_and_says_so():
+    start = time.monotonic()
+    with pytest.raises(errors.DeadlineExceededError, match=r"building envs.*1\.0 s.*startup"):
+        VecSampler([functools.partial(_hangs_in_a_worker, os.getpid())] * 2, num_workers=2,
+                   deadline=0.5, startup_deadline=1.0)
+    assert time.monotonic() - start < 5.0
+
+
+class LockEnv(CountingEnv):
+    def __init__(self, env_index: int = 0) -> None:
+        super().__init__(env_index)
+        self.lock = threading.Lock()
+
+
+def test_13_an_unpicklable_reply_is_typed_and_the_worker_lives_on(make_sampler):
+    s = make_sampler([functools.partial(LockEnv, i) for i in range(2)], num_workers=2)
+    s.reset()
+    pids = s.worker_pids()
+    with pytest.raises(errors.ReplyPicklingError, match=r"get_attr\('lock'\).*pickle"):
+        s.get_attr("lock")
+    assert s.get_attr("env_index") == [0, 1]  # the same workers, still serving
+    assert s.worker_pids() == pids
+
+
+@pytest.mark.parametrize("deadline", [float("inf"), 1e7])
+def test_14_an_infinite_or_huge_deadline_works(make_sampler, deadline):
+    s = make_sampler(fns(CountingEnv, 2), num_workers=2, deadline=deadline)
+    s.reset()
+    np.testing.assert_array_equal(s.step(ones(2)).obs[:, 1], [1, 1])
+
+
+@pytest.mark.parametrize("timeout", [None, float("inf")])
+def test_15_close_with_no_bound_closes_and_reaps(timeout):
+    s = VecSampler(fns(CountingEnv, 2), num_workers=2)
+    pids = s.worker_pids()
+    s.close(timeout=timeout)
+    assert s.closed
+    assert not [p for p in pids if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_15_a_bad_close_timeout_is_refused_before_anything_is_torn_down(make_sampler):
+    s = make_sampler(fns(CountingEnv, 2), num_workers=2)
+    with pytest.raises(errors.ConfigError, match="timeout"):
+        s.close(timeout=-1)
+    assert not s.closed
+    s.reset()
+
+
+class StubbornCloseEnv(CountingEnv):
+    """close() hangs, and SIGTERM is ignored from then on."""
+
+    def close(self) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(3600)
+
+
+@posix_only
+@pytest.mark.parametrize("workers", [1, 4])
+def test_16_close_timeout_bounds_the_whole_call(workers):
+    probe = CountingEnv()  # given the spaces, the parent builds no env (whose close would hang)
+    s = VecSampler(fns(StubbornCloseEnv, workers), num_workers=workers,
+                   observation_space=probe.observation_space, action_space=probe.action_space)
+    start = time.monotonic()
+    s.close(timeout=0.5)
+    elapsed = time.monotonic() - start
+    assert elapsed < 0.5 + 0.5 + 0.5, elapsed  # timeout, the SIGTERM grace, slack

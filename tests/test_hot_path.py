@@ -62,13 +62,12 @@ class LateRaisingEnv(CountingEnv):
         return super().step(action)
 
 
-def test_scalar_observations_fill_their_own_row(make_sampler):
-    # 4 envs of a (4,)-space: a slice copy of 4 scalars would broadcast them across every row.
+def test_scalar_observations_for_a_vector_space_are_refused_not_broadcast(make_sampler):
+    # 4 envs of a (4,)-space returning bare floats: numpy would broadcast each across its row;
+    # a shape mismatch is a typed error naming the env and both shapes (reliability item 11).
     s = make_sampler(fns(ScalarObsEnv, 4), num_workers=1)
-    obs, _ = s.reset()
-    np.testing.assert_array_equal(obs, np.repeat(np.arange(4.0)[:, None], 4, axis=1))
-    r = s.step(np.ones(4, dtype=np.int64))
-    np.testing.assert_array_equal(r.obs, np.repeat(np.arange(4.0)[:, None] + 0.5, 4, axis=1))
+    with pytest.raises(errors.WorkerError, match=r"env 0 .*shape \(\), expected \(4,\)"):
+        s.reset()
 
 
 def test_lists_and_numpy_scalars_are_written_like_arrays(make_sampler):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import numbers
 import os
 from collections.abc import Sequence
@@ -29,7 +30,8 @@ DEFAULT_DEADLINE = 300.0
 #: pipe, when every worker can have a core of its own (µs). It skips scheduler wake-ups (an IPI
 #: on a VM, docs/benchmarks.md); with more workers than cores, spinning would steal their CPU.
 AUTO_SPIN_US = 200.0
-#: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline.
+#: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline;
+#: ``startup_deadline=`` changes it.
 STARTUP_DEADLINE = 120.0
 #: "auto": fork on Linux while the parent has no other thread (fast, nothing pickled, the main
 #: script is not re-imported), forkserver otherwise (safe with threads and CUDA). startup.py.
@@ -66,6 +68,8 @@ class SamplerConfig:
     restart: bool
     max_restarts: int
     spin_s: float
+    #: How long building the envs may take (seconds; None: no bound).
+    startup_deadline: float | None = STARTUP_DEADLINE
     #: Blocks may differ by one env when num_workers does not divide num_envs.
     uneven_split: bool = False
 
@@ -105,6 +109,7 @@ class SamplerConfig:
         max_restarts: int = 3,
         spin_us: float | None = None,
         uneven_split: bool = False,
+        startup_deadline: float | None = STARTUP_DEADLINE,
     ) -> SamplerConfig:
         fns = env_factories(env_fns, num_envs, env_kwargs)
         workers = check_workers(num_workers, len(fns), uneven_split)
@@ -116,14 +121,14 @@ class SamplerConfig:
             infos=bool(infos),
             context=resolve_context(context),
             deadline=check_seconds(deadline, "deadline"),
-            threads_per_worker=None if threads_per_worker is None
-            else check_int(threads_per_worker, "threads_per_worker"),
+            threads_per_worker=_optional_int(threads_per_worker, "threads_per_worker"),
             cpu_affinity=check_affinity(cpu_affinity, workers),
             check_actions=bool(check_actions),
             restart=bool(restart),
             max_restarts=check_int(max_restarts, "max_restarts", minimum=0),
             spin_s=spin_seconds(spin_us, workers),
             uneven_split=bool(uneven_split),
+            startup_deadline=check_seconds(startup_deadline, "startup_deadline"),
         )
 
 
@@ -137,13 +142,17 @@ def check_int(value: Any, name: str, minimum: int = 1, fix: str = "") -> int:
     return int(value)
 
 
+def _optional_int(value: Any, name: str) -> int | None:
+    return None if value is None else check_int(value, name)
+
+
 def check_seconds(value: Any, name: str) -> float | None:
     """``value`` as seconds (a real number >= 0) or None; anything else is a ConfigError."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) >= 0:
         raise ConfigError(name=name, expected="None or a number of seconds >= 0", got=value)
-    return float(value)
+    return None if math.isinf(value) else float(value)  # inf: no bound, as None
 
 
 def env_factories(

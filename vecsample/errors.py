@@ -278,6 +278,22 @@ class WorkerDiedError(WorkerError):
         return f"died with exit code {self.exitcode}"
 
 
+class EnvOutputError(VecSampleError, ValueError):
+    """An env returned a value that does not fit (an observation of the wrong shape, a
+    reward that is not a scalar); raised in the worker, it reaches you as a WorkerError."""
+
+
+class ReplyPicklingError(VecSampleError, TypeError):
+    """A command's reply (an attribute, a call's result, a reset info) cannot be pickled back
+    to the parent. The worker and its envs are fine and stay usable."""
+
+    def __init__(self, *, worker: int, command: str, message: str) -> None:
+        super().__init__(f"worker {worker}: {message}")
+        self.worker = worker
+        self.command = command
+        self.replies: dict[int, Any] = {}  # the other workers' replies, as on WorkerError
+
+
 class WorkerLostError(VecSampleError, RuntimeError):
     """A call needs a worker that an earlier call left dead or failed (restart is off)."""
 

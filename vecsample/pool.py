@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import pickle
 import select
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -25,13 +26,36 @@ from typing import Any
 import numpy as np
 
 from vecsample import errors
-from vecsample.config import STARTUP_DEADLINE, SamplerConfig
+from vecsample.config import SamplerConfig
 from vecsample.protocol import OK_MESSAGE, Command, ErrorReport, Reply, WorkerState, WorkerStates
 from vecsample.results import StepResult
 from vecsample.shm import SharedBuffers
 from vecsample.signals import critical
 from vecsample.startup import PickledFactory, check_main_guard
 from vecsample.worker import WorkerSpec, worker_main
+
+#: The longest single wait handed to poll(): longer ones are cut (poll takes int milliseconds).
+MAX_POLL_MS = 2**31 - 1
+#: How long close() waits, at most, for workers that got CLOSE (a larger timeout is capped).
+MAX_WAIT = 86_400.0
+#: After SIGTERM, how long workers get to exit before SIGKILL (all of them together).
+TERMINATE_GRACE = 0.5
+
+
+def _disown_in_forked_child() -> None:
+    """In a child forked from a process with samplers (a DataLoader worker, a forking server):
+    multiprocessing's exit hook there would terminate and join every daemonic child it still
+    lists, that is our workers, which belong to the parent. So the child forgets them."""
+    registry = getattr(mp.process, "_children", None)  # multiprocessing's own list of children
+    for pool in list(_POOLS):
+        for proc in pool.procs:
+            if registry is not None:
+                registry.discard(proc)
+
+
+_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_in_forked_child)
 
 
 class WorkerPool:
@@ -47,9 +71,13 @@ class WorkerPool:
         self.ring_reader, self.ring_writer = self._ctx.Pipe(duplex=False)
         self.procs: list[BaseProcess] = []
         self.conns: list[Connection] = []
-        # The finalizer holds these lists themselves: a respawn replaces entries in place.
-        self._finalizer = weakref.finalize(self, shutdown, self.procs, self.conns, 1.0,
-                                           [self.ring_reader, self.ring_writer])
+        self._owner = os.getpid()
+        _POOLS.add(self)
+        # The finalizer holds these lists themselves: a respawn replaces entries in place. It
+        # runs in this process only: a child forked from it (a DataLoader worker) that exits
+        # must not close our workers (its copies of the pipes just close with it).
+        self._finalizer = weakref.finalize(self, _shutdown_in, os.getpid(), self.procs,
+                                           self.conns, [self.ring_reader, self.ring_writer])
 
     # --- lifetime --------------------------------------------------------------------------------
 
@@ -70,9 +98,15 @@ class WorkerPool:
     def _await_built(self, workers: Sequence[int]) -> None:
         for w in workers:
             self.states.transition(w, WorkerState.BUSY)
-        limit = self.config.deadline
-        replies = self.gather(workers, "BUILD", None if limit is None
-                              else max(limit, STARTUP_DEADLINE))
+        limit = self.config.startup_deadline
+        try:
+            replies = self.gather(workers, "BUILD", limit)
+        except errors.DeadlineExceededError as exc:
+            raise errors.DeadlineExceededError(
+                hung_workers=exc.hung_workers, deadline=limit, who="workers building envs",
+                fix="their env factories did not return in time; raise startup_deadline if "
+                "building is just slow (imports, model compiles), or find what blocks it",
+            ) from exc
         assert all(tag is Reply.READY for tag, _ in replies.values())
 
     def stop(self, w: int) -> None:
@@ -97,6 +131,9 @@ class WorkerPool:
             autoreset_mode=self.config.autoreset_mode, infos=self.config.infos,
             threads=self.config.threads_per_worker,
             cpu_affinity=None if affinity is None else list(affinity), parent_pid=os.getpid(),
+            # PR_SET_PDEATHSIG fires when the creating *thread* exits: from another thread,
+            # the worker relies on its watchdog (the parent's death is seen within 0.2 s).
+            pdeathsig=threading.current_thread() is threading.main_thread(),
             spin_s=self.config.spin_s, ring_writer=self.ring_writer, ordered=self._ordered,
             inherited_conns=([*others, parent_end, self.ring_reader]
                              if self.config.context == "fork" else []),
@@ -123,6 +160,10 @@ class WorkerPool:
     def close(self, timeout: float) -> None:
         """Stops every worker, terminating those not gone within ``timeout``. Idempotent."""
         if self._finalizer.detach() is None:
+            return
+        if os.getpid() != self._owner:  # a forked copy of the sampler: leave the workers be
+            for conn in [*self.conns, self.ring_reader, self.ring_writer]:
+                conn.close()
             return
         self.states.close_all()
         shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer])
@@ -249,20 +290,22 @@ class WorkerPool:
     ) -> dict[int, tuple[Reply, Any]]:
         """One reply from each of ``workers``, all read before the first failure is raised."""
         replies: dict[int, tuple[Reply, Any]] = {}
-        failures: list[errors.WorkerError] = []
+        failures: list[errors.WorkerError | errors.ReplyPicklingError] = []
         waiting = {self.conns[w]: w for w in workers}
         deadline_at = None if limit is None else time.monotonic() + limit
         while waiting:
             remaining = None if deadline_at is None else deadline_at - time.monotonic()
             ready = self._wait_any(waiting, remaining)
             if not ready:
-                raise self._silent(sorted(waiting.values()), limit)
+                if deadline_at is not None and time.monotonic() >= deadline_at:
+                    raise self._silent(sorted(waiting.values()), limit)
+                continue  # a long wait is cut into pieces (wait_handles): not the deadline
             for w in sorted({waiting[c] for c in ready if c in waiting} | self._dead_in(ready)):
                 if w in waiting.values():
                     del waiting[self.conns[w]]
                     try:
                         replies[w] = self._read_reply(w, command)
-                    except errors.WorkerError as exc:
+                    except (errors.WorkerError, errors.ReplyPicklingError) as exc:
                         failures.append(exc)  # read the others' replies first: none goes stale
         if failures:
             failures[0].replies = {w: reply for w, (_, reply) in replies.items()}
@@ -300,6 +343,10 @@ class WorkerPool:
                 raise self.died(w, command, []) from exc
             tag, payload = (Reply.OK, None) if message == OK_MESSAGE else pickle.loads(message)
             assert isinstance(tag, Reply)
+            if isinstance(payload, ErrorReport) and payload.exc_type == "ReplyPicklingError":
+                self.states.transition(w, WorkerState.IDLE)  # only the reply was at fault
+                raise errors.ReplyPicklingError(worker=w, command=command,
+                                                message=payload.message)
             if tag is Reply.ERROR:
                 raise self.failed(w, payload, [])
             self.states.transition(w, WorkerState.IDLE)
@@ -320,25 +367,25 @@ def shutdown(
         with contextlib.suppress(OSError, ValueError):  # already dead or closed: nothing to ask
             conn.send_bytes(close_message)
     started = [p for p in procs if p.pid is not None]
-    end = time.monotonic() + max(0.0, timeout)
+    end = time.monotonic() + min(max(0.0, timeout), MAX_WAIT)
+    _join_all(started, end)
+    for proc in started:  # all at once: the call is bounded, not each worker in turn
+        if proc.is_alive():
+            proc.terminate()
+    _join_all(started, time.monotonic() + TERMINATE_GRACE)
     for proc in started:
-        proc.join(max(0.0, end - time.monotonic()))
-    for proc in started:
-        _stop(proc)
+        if proc.is_alive():
+            proc.kill()  # cannot be ignored: the join below returns at once
+    _join_all(started, None)
     for conn in [*conns, *more]:
         conn.close()
     for proc in started:
         proc.close()
 
 
-def _stop(proc: BaseProcess) -> None:
-    """SIGTERM, then SIGKILL, a worker that did not exit when asked."""
-    if proc.is_alive():
-        proc.terminate()
-        proc.join(1.0)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
+def _join_all(procs: Sequence[BaseProcess], end: float | None) -> None:
+    for proc in procs:
+        proc.join(None if end is None else max(0.0, end - time.monotonic()))
 
 
 def _pickle_error(exc: Exception, context: str) -> errors.EnvFactoryError:
@@ -376,5 +423,17 @@ def wait_handles(objects: list[Any], timeout: float | None) -> list[Any]:
         fd = obj if isinstance(obj, int) else obj.fileno()
         by_fd[fd] = obj
         poller.register(fd, select.POLLIN)
-    events = poller.poll(None if timeout is None else math.ceil(timeout * 1e3))
+    ms = None if timeout is None else min(math.ceil(timeout * 1e3), MAX_POLL_MS)
+    events = poller.poll(ms)
     return [by_fd[fd] for fd, _ in events]
+
+
+def _shutdown_in(owner: int, procs: list[BaseProcess], conns: list[Connection],
+                 more: Sequence[Connection]) -> None:
+    """The finalizer: ``shutdown`` in the process that made the workers, else only close the
+    pipe copies (a forked child exiting must not close its parent's workers)."""
+    if os.getpid() == owner:
+        shutdown(procs, conns, 1.0, more)
+    else:
+        for conn in [*conns, *more]:
+            conn.close()

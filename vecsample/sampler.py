@@ -25,6 +25,7 @@ from vecsample import errors, handshake, signals
 from vecsample.config import (
     DEFAULT_CONTEXT,
     DEFAULT_DEADLINE,
+    STARTUP_DEADLINE,
     EnvMaker,
     SamplerConfig,
     check_seconds,
@@ -67,9 +68,9 @@ class VecSampler:
             has no other thread, else forkserver; or "fork", "forkserver", "spawn". Factories
             travel by cloudpickle (lambdas and closures work); spawn and forkserver re-import
             the main script, which then needs ``if __name__ == "__main__":``.
-        deadline: no call blocks longer than this many seconds (None: forever). A worker
-            silent past it is reported hung (DeadlineExceededError) or, with ``restart``,
-            respawned. Building the envs gets ``max(deadline, 120 s)``.
+        deadline: no call blocks longer than this many seconds (None or inf: forever); a
+            silent worker is then reported hung, or respawned with ``restart``.
+        startup_deadline: how long building a worker's envs may take (120 s by default).
         threads_per_worker: caps the BLAS/OpenMP/torch threads of each worker (None: leave).
         cpu_affinity: True pins worker ``w`` to the ``w``-th usable core; a list gives each
             worker its cores; None leaves scheduling to the OS.
@@ -120,6 +121,7 @@ class VecSampler:
         max_restarts: int = 3,
         spin_us: float | None = None,
         uneven_split: bool = False,
+        startup_deadline: float | None = STARTUP_DEADLINE,
     ) -> None:
         self._closed = True  # until the workers are up; close() is then a no-op
         c = self.config = SamplerConfig.build(
@@ -128,12 +130,13 @@ class VecSampler:
             deadline=deadline, threads_per_worker=threads_per_worker,
             cpu_affinity=cpu_affinity, check_actions=check_actions, restart=restart,
             max_restarts=max_restarts, spin_us=spin_us, uneven_split=uneven_split,
+            startup_deadline=startup_deadline,
         )
-        self.num_envs, self.num_workers, self.envs_per_worker = (
-            c.num_envs, c.num_workers, c.envs_per_worker)
+        self.num_envs, self.num_workers, self.envs_per_worker = c.num_envs, c.num_workers, (
+            c.envs_per_worker)
         self.autoreset_mode, self.deadline, self.context = c.autoreset_mode, c.deadline, c.context
-        self.restart, self.max_restarts, self.spin_s = c.restart, c.max_restarts, c.spin_s
-        self.check_actions = c.check_actions
+        self.restart, self.max_restarts, self.spin_s, self.check_actions = (
+            c.restart, c.max_restarts, c.spin_s, c.check_actions)
         self._start(*_probe_spaces(c.env_fns[0], observation_space, action_space))
 
     def _start(self, obs_space: Space, act_space: Space) -> None:
@@ -155,7 +158,7 @@ class VecSampler:
         try:
             self._pool.start()
         except BaseException:
-            self.close()
+            self.close(timeout=1.0)  # a worker that failed to build will not exit politely
             raise
         signals.register(self)
 
@@ -292,8 +295,6 @@ class VecSampler:
         self._pool.settle(self.deadline, raise_deaths=not self.restart)
         self._expect_all_idle(call)
 
-    # --- state checks ----------------------------------------------------------------------------
-
     def _check_open(self) -> None:
         if self._closed:
             raise errors.ClosedError(what="VecSampler")
@@ -308,8 +309,6 @@ class VecSampler:
         if not self._states.all_idle():  # the hot path (every step() call): one C-level count
             self._restarts.heal(self._states.lost())
             self._states.expect_all_idle(call)
-
-    # --- stats and lifetime ----------------------------------------------------------------------
 
     def add_phases(self, source: PhaseSource) -> None:
         """Adds ``source``'s phases (a ``PhaseTimer``, say) to the wall-time split of stats()."""
@@ -327,18 +326,20 @@ class VecSampler:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stops every worker, terminating those not gone within ``timeout``. Idempotent."""
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Stops every worker: ``timeout`` seconds to exit when asked (None: as long as they
+        take), then SIGTERM and, 0.5 s later, SIGKILL for all left at once. Idempotent."""
+        limit = check_seconds(timeout, "timeout")  # checked before anything is torn down
         if self._closed:
             return
         self._closed = True
         signals.unregister(self)
-        self._pool.close(timeout)
+        self._pool.close(float("inf") if limit is None else limit)
 
     def __enter__(self) -> VecSampler:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> None:  # a with block closes, pass or fail
         self.close()
 
     def __repr__(self) -> str:

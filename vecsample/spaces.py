@@ -150,7 +150,7 @@ def check_action_leaf(
     """
     if not leaf.shared:
         return _object_batch(leaf, value, batch, bounds)
-    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    arr = value if isinstance(value, np.ndarray) else _as_array(leaf, value, batch)
     if arr.shape != (batch, *leaf.shape):
         raise ActionShapeError(
             f"action {leaf.name!r}: expected shape {(batch, *leaf.shape)} (one row per env), "
@@ -164,6 +164,16 @@ def check_action_leaf(
     if bounds is not None:
         bounds(arr)
     return arr
+
+
+def _as_array(leaf: Leaf, value: Any, batch: int) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except ValueError as exc:  # a ragged list: rows of different lengths
+        raise ActionShapeError(
+            f"action {leaf.name!r}: expected shape {(batch, *leaf.shape)} (one row per env), "
+            f"got a ragged sequence ({exc}). Give every env's action the same shape."
+        ) from None
 
 
 class ActionWriter:

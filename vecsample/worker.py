@@ -25,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vecsample.errors import EnvOutputError
 from vecsample.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
 from vecsample.protocol import (
     OK_MESSAGE,
@@ -37,7 +38,7 @@ from vecsample.protocol import (
     ResetReply,
 )
 from vecsample.shm import Lane, SharedBuffers, Views
-from vecsample.spaces import flatten, unflatten
+from vecsample.spaces import Leaf, flatten, unflatten
 
 #: How often the watchdog thread checks that the parent is still alive (seconds).
 WATCHDOG_PERIOD = 0.2
@@ -57,6 +58,8 @@ class WorkerSpec:
     threads: int | None
     cpu_affinity: list[int] | None
     parent_pid: int
+    #: Whether to ask the kernel for SIGKILL when the creating thread exits (see pool.py).
+    pdeathsig: bool = True
     # Under fork the child inherits the parent's ends of the other workers' pipes; it closes
     # them so a worker sees EOF as soon as the parent is gone.
     inherited_conns: list[Connection] = field(default_factory=list)
@@ -89,7 +92,7 @@ def _prepare_process(spec: WorkerSpec) -> None:
     # Under fork a worker inherits the parent's SIGTERM handler, which closes the parent's
     # samplers; a worker must instead just die when terminated (close() relies on that).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _exit_with_parent(spec.parent_pid)
+    _exit_with_parent(spec.parent_pid, spec.pdeathsig)
     if spec.threads is not None:
         _limit_threads(spec.threads)
     if spec.cpu_affinity is not None and hasattr(os, "sched_setaffinity"):
@@ -98,11 +101,11 @@ def _prepare_process(spec: WorkerSpec) -> None:
         os.sched_setaffinity(0, spec.cpu_affinity)
 
 
-def _exit_with_parent(parent_pid: int) -> None:
+def _exit_with_parent(parent_pid: int, pdeathsig: bool) -> None:
     # daemon=True does not cover a SIGKILLed parent. PR_SET_PDEATHSIG kills us when our direct
     # parent dies (the forkserver, which exits when the main process does); the watchdog thread
     # covers the cases PDEATHSIG misses (a parent thread that exits, non-Linux platforms).
-    if sys.platform.startswith("linux"):
+    if pdeathsig and sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     watchdog = threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True)
@@ -168,8 +171,8 @@ class _Worker:
         self.step_all = (self._step_all_same if spec.autoreset_mode is AutoresetMode.SAME_STEP
                          else self._step_each)
         self.side = self._side()
-        self.write_obs = self._writer(self.views.obs_leaves)
-        self.write_final = self._writer(self.views.final_obs_leaves)
+        self.write_obs = _obs_writer(spec.buffers, self.views.obs_leaves)
+        self.write_final = _obs_writer(spec.buffers, self.views.final_obs_leaves)
         buffers = spec.buffers  # pickled leaves travel on the pipe (shm.SharedBuffers.lane)
         self.obs_lane = any(not leaf.shared for leaf in buffers.obs_leaves)
         self.action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
@@ -183,24 +186,6 @@ class _Worker:
         control = self.spec.buffers.control()
         return WorkerSide(control, self.spec.index, self.conn, ring_fd, self.spec.spin_s,
                           self.spec.ordered)
-
-    def _writer(self, views: list[np.ndarray]) -> Callable[[int, Any], None]:
-        """``write(j, value)``: puts env j's (possibly nested) observation into ``views``."""
-        space = self.spec.buffers.observation_space
-        # The common case: one bare leaf (not a Dict/Tuple of one), one numpy row assignment.
-        if len(views) == 1 and not self.spec.buffers.obs_leaves[0].path:
-            view = views[0]
-
-            def write(j: int, value: Any) -> None:
-                view[j] = value
-
-            return write
-
-        def write_nested(j: int, value: Any) -> None:
-            for leaf_view, part in zip(views, flatten(space, value), strict=True):
-                leaf_view[j] = part
-
-        return write_nested
 
     def build(self) -> bool:
         try:
@@ -257,8 +242,12 @@ class _Worker:
             return
         if result is None:
             self.conn.send_bytes(OK_MESSAGE)
-        else:
-            self.conn.send_bytes(pickle.dumps((Reply.OK, result), pickle.HIGHEST_PROTOCOL))
+            return
+        try:
+            message = pickle.dumps((Reply.OK, result), pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # the reply, not the env, is at fault: the worker goes on
+            message = pickle.dumps((Reply.ERROR, _reply_error(command, payload, exc)))
+        self.conn.send_bytes(message)
 
     def _send_error(self, command: str) -> None:
         exc_type, exc, _ = sys.exc_info()
@@ -326,9 +315,13 @@ class _Worker:
             raise
         finally:
             v = self.views  # envs before a failing one keep what they wrote
-            v.rewards[:j] = rewards[:j]
-            v.terminated[:j] = terminated[:j]
-            v.truncated[:j] = truncated[:j]
+            try:
+                v.rewards[:j] = rewards[:j]
+                v.terminated[:j] = terminated[:j]
+                v.truncated[:j] = truncated[:j]
+            except (ValueError, TypeError):  # one env returned a non-scalar: name it
+                self.current_env, error = _first_non_scalar(rewards, terminated, truncated, j)
+                raise error from None
             v.has_final_obs[:j] = has_final[:j]
 
     def _actions(self) -> Sequence[Any]:
@@ -341,9 +334,13 @@ class _Worker:
     def _write(self, j: int, obs: Any, reward: Any, terminated: Any, truncated: Any) -> None:
         v = self.views
         self.write_obs(j, obs)
-        v.rewards[j] = reward
-        v.terminated[j] = terminated
-        v.truncated[j] = truncated
+        try:
+            v.rewards[j] = reward
+            v.terminated[j] = terminated
+            v.truncated[j] = truncated
+        except (ValueError, TypeError):  # numpy refuses a non-scalar: say which, and why
+            _, error = _first_non_scalar([reward], [terminated], [truncated], 1)
+            raise error from None
 
     def _step_next(self, j: int, action: Any, records: list[InfoRecord]) -> None:
         if self.ended[j]:
@@ -463,3 +460,68 @@ def _receive_actions(conn: Connection, spec: WorkerSpec) -> None:
     while message == DOORBELL:  # a ring that raced with our own look at the counter
         message = conn.recv_bytes()
     spec.buffers.apply_lane(spec.env_offset, pickle.loads(message))
+
+
+def _obs_writer(buffers: SharedBuffers, views: list[np.ndarray]) -> Callable[[int, Any], None]:
+    """``write(j, value)``: puts env j's (possibly nested) observation into ``views``.
+
+    A fixed-shape leaf's value must have exactly the leaf's shape: numpy would broadcast
+    a (2,) observation into a (2, 2) row without a word, so that is an EnvOutputError."""
+    space, obs_leaves = buffers.observation_space, buffers.obs_leaves
+    shapes = [leaf.shape if leaf.shared else None for leaf in obs_leaves]
+    # The common case: one bare leaf (not a Dict/Tuple of one), one numpy row assignment.
+    if len(views) == 1 and not obs_leaves[0].path:
+        view, shape = views[0], shapes[0]
+
+        def write(j: int, value: Any) -> None:
+            if shape is not None and shape != (
+                    value.shape if type(value) is np.ndarray else np.shape(value)):
+                raise _shape_error(obs_leaves[0], value)
+            view[j] = value
+
+        return write
+
+    def write_nested(j: int, value: Any) -> None:
+        for leaf, leaf_view, shape, part in zip(obs_leaves, views, shapes,
+                                                flatten(space, value), strict=True):
+            if shape is not None and np.shape(part) != shape:
+                raise _shape_error(leaf, part)
+            leaf_view[j] = part
+
+    return write_nested
+
+
+def _shape_error(leaf: Leaf, value: Any) -> EnvOutputError:
+    return EnvOutputError(
+        f"observation {leaf.name!r} has shape {np.shape(value)}, expected {leaf.shape} for "
+        f"{leaf.space}; return observations of the space's shape (nothing is broadcast)."
+    )
+
+
+def _scalar_error(field: str, value: Any) -> EnvOutputError:
+    return EnvOutputError(
+        f"{field} has shape {np.shape(value)}, expected a scalar; return float(reward), "
+        f"bool(terminated) and bool(truncated) from step()."
+    )
+
+
+def _first_non_scalar(rewards: list[Any], terminated: list[Any], truncated: list[Any],
+                      count: int) -> tuple[int, EnvOutputError]:
+    """The first env (and its error) whose reward or flags are not scalars."""
+    for j in range(count):
+        for name, values in (("reward", rewards), ("terminated", terminated),
+                             ("truncated", truncated)):
+            if np.ndim(values[j]) != 0:
+                return j, _scalar_error(name, values[j])
+    return 0, EnvOutputError("a step's reward or flags could not be stored as scalars")
+
+
+def _reply_error(command: Command, payload: Any, exc: Exception) -> ErrorReport:
+    what = f"{command.name.lower()}({payload!r})" if command is Command.GET_ATTR else (
+        command.name.lower())
+    return ErrorReport(
+        env=None, command=command.name, exc_type="ReplyPicklingError",
+        message=f"the reply to {what} cannot be pickled to the parent: "
+        f"{type(exc).__name__}: {exc}. Return plain data (numbers, arrays, dicts).",
+        traceback=traceback.format_exc(),
+    )
