@@ -399,3 +399,61 @@ def test_16_close_timeout_bounds_the_whole_call(workers):
     s.close(timeout=0.5)
     elapsed = time.monotonic() - start
     assert elapsed < 0.5 + 0.5 + 0.5, elapsed  # timeout, the SIGTERM grace, slack
+
+
+# --- 8: workers die with their parent, even stopped -------------------------------------------
+
+
+class StoppingEnv(CountingEnv):
+    """Env 1 stops its own process (SIGSTOP) at its first step, as a debugger or a stuck C call
+    would hold it: no Python code of that worker runs again."""
+
+    def step(self, action):
+        if self.env_index == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return super().step(action)
+
+
+STOPPED_WORKER_PARENT = """
+import sys
+import numpy as np
+from vecsample import VecSampler
+from test_faults import StoppingEnv
+from vecsample.testing import fns
+if __name__ == "__main__":
+    s = VecSampler(fns(StoppingEnv, 2), num_workers=2, context=sys.argv[1], deadline=60)
+    s.reset()
+    print(" ".join(map(str, s.worker_pids())), flush=True)
+    s.step(np.ones(2, dtype=np.int64))  # worker 1 stops; we wait here until killed
+"""
+
+
+@posix_only
+@pytest.mark.parametrize("context", ["forkserver", "spawn", "fork"])
+def test_8_a_stopped_worker_dies_within_2s_of_its_parents_sigkill(tmp_path, context):
+    script = tmp_path / "parent.py"
+    script.write_text(STOPPED_WORKER_PARENT)
+    path = os.pathsep.join([os.getcwd(), os.path.dirname(__file__)])
+    with subprocess.Popen([sys.executable, str(script), context], stdout=subprocess.PIPE,
+                          text=True, env={**os.environ, "PYTHONPATH": path}) as parent:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        try:
+            time.sleep(0.5)
+            assert psutil.Process(pids[1]).status() == psutil.STATUS_STOPPED
+            parent.kill()
+            parent.wait(5)
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline and any(_alive(p) for p in pids):
+                time.sleep(0.05)
+            assert not [p for p in pids if _alive(p)]
+        finally:
+            for p in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
@@ -92,6 +93,7 @@ def _prepare_process(spec: WorkerSpec) -> None:
     # Under fork a worker inherits the parent's SIGTERM handler, which closes the parent's
     # samplers; a worker must instead just die when terminated (close() relies on that).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _release_forkserver()
     _exit_with_parent(spec.parent_pid, spec.pdeathsig)
     if spec.threads is not None:
         _limit_threads(spec.threads)
@@ -99,6 +101,19 @@ def _prepare_process(spec: WorkerSpec) -> None:
         # Pinning keeps a worker's env state in one core's cache; opt-in, since it fights other
         # pinning on a shared machine.
         os.sched_setaffinity(0, spec.cpu_affinity)
+
+
+def _release_forkserver() -> None:
+    # A child of the forkserver holds a copy of the fd that keeps the forkserver alive; a worker
+    # that is stopped or stuck in C would then keep it alive after the main process died, and
+    # PR_SET_PDEATHSIG (whose parent is the forkserver) would never fire. Workers start no
+    # processes of their own, so they drop that fd (multiprocessing keeps it in a private slot).
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
 
 
 def _exit_with_parent(parent_pid: int, pdeathsig: bool) -> None:
