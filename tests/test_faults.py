@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -457,3 +459,67 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# --- 3, 7, 19: the gymnasium API ----------------------------------------------------------------
+
+
+@posix_only
+def test_3_vector_env_with_restart_comes_back_after_a_kill(make_vector_env):
+    env = make_vector_env(fns(CountingEnv, 4), num_workers=2, restart=True)
+    env.reset(seed=0)
+    env.step(ones(4))
+    kill_and_wait(env.sampler.worker_pids()[1])
+    obs, _, _, truncated, _ = env.step(ones(4))
+    np.testing.assert_array_equal(obs[:, 1], [2, 2, 0, 0])
+    assert truncated.tolist() == [False, False, True, True]
+    obs, *_ = env.step(ones(4))
+    np.testing.assert_array_equal(obs[:, 1], [3, 3, 1, 1])
+
+
+@posix_only
+def test_7_a_retried_step_wait_keeps_every_workers_infos(make_vector_env):
+    env = make_vector_env([functools.partial(CountingEnv, i, info=True) for i in range(4)],
+                          num_workers=2)
+    env.reset(seed=0)
+    pid = env.sampler.worker_pids()[0]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        env.step_async(ones(4))
+        with pytest.raises(errors.DeadlineExceededError):
+            env.step_wait(timeout=0.3)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    *_, infos = env.step_wait()
+    assert infos["_t"].tolist() == [True, True, True, True]
+    np.testing.assert_array_equal(infos["t"], [1, 1, 1, 1])
+
+
+class OptionsEnv(CountingEnv):
+    def reset(self, *, seed=None, options=None):
+        self.seen_options = options
+        return super().reset(seed=seed, options=options)
+
+
+def test_19_reset_options_reach_the_envs_as_gymnasium_passes_them(make_vector_env):
+    env = make_vector_env([functools.partial(OptionsEnv, i) for i in range(2)], num_workers=1)
+    env.reset(options="junk")  # gymnasium does not check options: the envs get them
+    assert env.get_attr("seen_options") == ("junk", "junk")
+
+
+# --- the interrupt property: SIGINT anywhere, across calls and modes ----------------------------
+
+
+@posix_only
+@pytest.mark.parametrize("mode", ["SameStep", "NextStep", "Disabled"])
+def test_interrupts_anywhere_leave_a_usable_or_closed_sampler(mode):
+    """experiments/interrupt_soak.py on a small budget: a SIGINT 0.5-10 ms into a random call
+    (reset, step, step_send/step_recv, call, get_attr, close), then the checks it makes."""
+    spec = importlib.util.spec_from_file_location(
+        "interrupt_soak", Path(__file__).resolve().parents[1] / "experiments/interrupt_soak.py")
+    assert spec is not None and spec.loader is not None
+    soak = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = soak  # its dataclasses look their module up there
+    spec.loader.exec_module(soak)
+    report = soak.run(seconds=3.0, seed=1, mode=mode)
+    assert report.interrupts > 30 and report.closes >= 1, report

@@ -332,9 +332,10 @@ class VecSampler:
         limit = check_seconds(timeout, "timeout")  # checked before anything is torn down
         if self._closed:
             return
-        self._closed = True
-        signals.unregister(self)
-        self._pool.close(float("inf") if limit is None else limit)
+        with signals.critical:  # a Ctrl-C waits for the (bounded) close to finish
+            self._closed = True
+            signals.unregister(self)
+            self._pool.close(float("inf") if limit is None else limit)
 
     def __enter__(self) -> VecSampler:
         return self
