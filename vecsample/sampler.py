@@ -182,8 +182,8 @@ class VecSampler:
         start = time.perf_counter()
         w = self._states.index(worker, self._closed)
         self._expect_idle(w, "step_send")
-        lo, hi = self.config.bounds(w)
-        self._actions.write(actions, self._channel.views[w].action_leaves, hi - lo)
+        self._actions.write(actions, self._channel.views[w].action_leaves,
+                            len(self._channel.blocks[w]))
         self._channel.post(w)
         self._channel.ring((w,))
         self._meter.timers["send_s"] += time.perf_counter() - start

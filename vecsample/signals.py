@@ -55,7 +55,7 @@ class _Critical:
     def __enter__(self) -> None:
         _Critical.depth += 1
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, value: object, tb: object) -> None:
         _Critical.depth -= 1
         if _Critical.pending and _Critical.depth == 0:
             _Critical.pending = False
@@ -69,6 +69,19 @@ class _Critical:
 
 #: ``with critical:`` defers a SIGINT to the end of the block (see the module docstring).
 critical = _Critical()
+
+
+def enter() -> None:
+    """``critical.__enter__`` for the hot path (with ``try: ... finally: leave()``): a third
+    of the cost of a ``with`` block, which a step pays three times."""
+    _Critical.depth += 1
+
+
+def leave() -> None:
+    _Critical.depth -= 1
+    if _Critical.pending and _Critical.depth == 0:
+        _Critical.pending = False
+        signal.default_int_handler(signal.SIGINT, None)
 
 
 def _install_sigint() -> None:

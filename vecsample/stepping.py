@@ -13,7 +13,7 @@ import pickle
 import time
 from collections.abc import Sequence
 
-from vecsample import errors, handshake
+from vecsample import errors, handshake, signals
 from vecsample.config import SamplerConfig
 from vecsample.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
 from vecsample.pool import WorkerPool
@@ -39,6 +39,8 @@ class StepChannel:
         #: Views of every env's rows, and of each worker's block.
         self.all_views: Views = buffers.views()
         self.views = [buffers.views(*config.bounds(w)) for w in range(config.num_workers)]
+        #: Each worker's env ids, computed once (the hot path reads them every step).
+        self.blocks = [range(*config.bounds(w)) for w in range(config.num_workers)]
         self._flagged = [False] * config.num_workers  # restarted flags to clear on next send
         #: Results read but not yet returned (a KeyboardInterrupt came between): the next
         #: collect returns them first; their workers stay STEPPING until then.
@@ -49,8 +51,9 @@ class StepChannel:
 
     def post(self, w: int) -> None:
         """Posts worker ``w``'s step; ``ring`` must follow (one fence covers many posts)."""
-        with critical:
-            held = self._held.pop(w, None)
+        signals.enter()  # posted and marked STEPPING together, or neither
+        try:
+            held = self._held.pop(w, None) if self._held else None
             if held is not None:  # respawned since its last step: its restart is the result
                 self._stash[w] = held
             else:
@@ -59,6 +62,8 @@ class StepChannel:
                     self._flagged[w] = False
                 self._hs.post(w)
             self._states.transition(w, WorkerState.STEPPING)
+        finally:
+            signals.leave()
 
     def hold(self, w: int, result: StepResult) -> None:
         """Worker ``w`` was respawned while idle: its next step returns ``result`` instead."""
@@ -108,7 +113,8 @@ class StepChannel:
                 ) -> list[StepResult]:
         """Hands ``results`` over: their workers become idle, and ``timers`` counts them
         (``workers_received``). A SIGINT during it undoes it."""
-        with critical:
+        signals.enter()
+        try:
             done = []
             for r in results:
                 assert r.worker is not None
@@ -123,6 +129,8 @@ class StepChannel:
             elif timers is not None:
                 timers["recvs"] += 1
                 timers["workers_received"] += len(results)
+        finally:
+            signals.leave()
         return results
 
     def _collect(self, results: list[StepResult], pending: list[int], timeout: float | None,
@@ -131,8 +139,10 @@ class StepChannel:
         deadline_at = None if deadline is None else time.monotonic() + deadline
         window_end: float | None = None
         deaths: list[errors.WorkerDiedError] = []  # raised once the others are read
+        if self._stash and self._take_carried(results, waiting) and timeout is not None:
+            window_end = time.monotonic() + timeout
         while waiting:
-            ready = [w for w in waiting if w in self._stash] or self._hs.ready(waiting)
+            ready = self._hs.ready(waiting)
             if ready:
                 for w in sorted(ready):
                     waiting.discard(w)
@@ -156,9 +166,19 @@ class StepChannel:
             deaths[0].results = list(results)
             raise deaths[0]
 
+    def _take_carried(self, results: list[StepResult], waiting: set[int]) -> bool:
+        """Results read by a call that an interrupt cut short: returned first."""
+        carried = [w for w in waiting if w in self._stash]
+        for w in carried:
+            waiting.discard(w)
+            results.append(self._stash[w])
+        return bool(carried)
+
     def _deaths(self, dead: list[int], waiting: set[int]) -> list[errors.WorkerDiedError]:
         """The workers of ``dead`` that died before finishing (taken out of ``waiting``): data
         before death, a worker that finished its step and then died still delivers it."""
+        if not dead:
+            return []
         finished = self._hs.ready(dead)
         lost = [w for w in dead if w not in finished]
         waiting.difference_update(lost)
@@ -166,10 +186,8 @@ class StepChannel:
 
     def _read_step(self, w: int, copy: bool, results: list[StepResult]) -> StepResult:
         """Worker ``w``'s finished step, read off the handshake (and pipe) in one piece."""
-        stashed = self._stash.get(w)
-        if stashed is not None:
-            return stashed
-        with critical:
+        signals.enter()
+        try:
             records = None
             if self._hs.received(w) == REPLY_MESSAGE:
                 try:
@@ -185,12 +203,14 @@ class StepChannel:
             result = self.result_of(w, copy)
             _add_infos(result, records)
             self._stash[w] = result
+        finally:
+            signals.leave()
         return result
 
     def result_of(self, w: int | None, copy: bool) -> StepResult:
         """Worker ``w``'s rows (every env's for None) as a StepResult, views or copies."""
         v = self.all_views if w is None else self.views[w]
-        env_ids = range(self._config.num_envs) if w is None else range(*self._config.bounds(w))
+        env_ids = range(self._config.num_envs) if w is None else self.blocks[w]
         if copy:
             return StepResult(
                 w, env_ids, copy_tree(v.obs), v.rewards.copy(), v.terminated.copy(),
