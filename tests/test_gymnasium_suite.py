@@ -50,8 +50,7 @@ ALLOWLIST: dict[str, str] = {
         "np.float32 (check_actions=False does not change the dtype).",
     "test_async_vector_env.py::test_async_vector_subenv_error":
         f"{_CHECK}; the test steps Box(0, 1, (1,)) envs with [0, 1, 2] (shape (3,), not (3, 1), "
-        f"and 2 is out of bounds). Also {PENDING}: the workers call env.reset(seed=...) "
-        "without options=None, and the test's reset function requires options.",
+        f"and 2 is out of bounds).",
 }
 
 #: A test may skip only for gymnasium's own reason: a space of dynamic shape in shared memory.
