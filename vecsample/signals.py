@@ -46,41 +46,41 @@ def register(sampler: Closable) -> None:
     _install_sigint()
 
 
-class _Critical:
+class Section:
     """Sections that a SIGINT must not cut in two; the interrupt is raised at their end."""
 
     depth = 0
     pending = False
 
     def __enter__(self) -> None:
-        _Critical.depth += 1
+        Section.depth += 1
 
     def __exit__(self, kind: object, value: object, tb: object) -> None:
-        _Critical.depth -= 1
-        if _Critical.pending and _Critical.depth == 0:
-            _Critical.pending = False
+        Section.depth -= 1
+        if Section.pending and Section.depth == 0:
+            Section.pending = False
             signal.default_int_handler(signal.SIGINT, None)  # Python's own KeyboardInterrupt
 
     @staticmethod
     def interrupted() -> bool:
         """Inside a section: whether a SIGINT came and will be raised at its end."""
-        return _Critical.pending
+        return Section.pending
 
 
 #: ``with critical:`` defers a SIGINT to the end of the block (see the module docstring).
-critical = _Critical()
+critical = Section()
 
 
 def enter() -> None:
     """``critical.__enter__`` for the hot path (with ``try: ... finally: leave()``): a third
     of the cost of a ``with`` block, which a step pays three times."""
-    _Critical.depth += 1
+    Section.depth += 1
 
 
 def leave() -> None:
-    _Critical.depth -= 1
-    if _Critical.pending and _Critical.depth == 0:
-        _Critical.pending = False
+    Section.depth -= 1
+    if Section.pending and Section.depth == 0:
+        Section.pending = False
         signal.default_int_handler(signal.SIGINT, None)
 
 
@@ -92,8 +92,8 @@ def _install_sigint() -> None:
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    if _Critical.depth > 0:
-        _Critical.pending = True  # raised when the section ends
+    if Section.depth > 0:
+        Section.pending = True  # raised when the section ends
         return
     signal.default_int_handler(signum, frame)  # Python's own, as if no handler were set
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import signal
 import time
 from collections.abc import Sequence
 
@@ -20,7 +21,7 @@ from vecsample.pool import WorkerPool
 from vecsample.protocol import InfoRecord, Reply, WorkerState
 from vecsample.results import StepResult
 from vecsample.shm import SharedBuffers, Views
-from vecsample.signals import critical
+from vecsample.signals import Section
 from vecsample.spaces import copy_tree
 
 
@@ -112,26 +113,40 @@ class StepChannel:
     def deliver(self, results: list[StepResult], timers: dict[str, float] | None = None,
                 ) -> list[StepResult]:
         """Hands ``results`` over: their workers become idle, and ``timers`` counts them
-        (``workers_received``). A SIGINT during it undoes it."""
-        signals.enter()
+        (``workers_received``). A SIGINT before the hand-over is complete undoes it; one after
+        it is raised in the caller's code, which then holds the results."""
+        Section.depth += 1
+        done: list[tuple[int, StepResult]] = []
         try:
-            done = []
             for r in results:
                 assert r.worker is not None
                 stashed = self._stash.pop(r.worker, None)
                 if stashed is not None:
                     self._states.transition(r.worker, WorkerState.IDLE)
                     done.append((r.worker, stashed))
-            if critical.interrupted():  # raised at the block's end: keep them for next time
-                for w, stashed in done:
-                    self._states.transition(w, WorkerState.STEPPING)
-                    self._stash[w] = stashed
-            elif timers is not None:
-                timers["recvs"] += 1
-                timers["workers_received"] += len(results)
-        finally:
-            signals.leave()
+            count = float(len(results))
+        except BaseException:
+            self._undo(done)
+            Section.depth -= 1
+            if Section.pending and Section.depth == 0:  # noted during the undo: raise it
+                Section.pending = False
+                signal.default_int_handler(signal.SIGINT, None)
+            raise
+        if Section.pending:  # a SIGINT came before the hand-over was complete: undo, raise
+            self._undo(done)
+            Section.depth -= 1
+            Section.pending = False
+            signal.default_int_handler(signal.SIGINT, None)
+        if timers is not None:  # no call from here to the return: no SIGINT can land here
+            timers["recvs"] += 1.0
+            timers["workers_received"] += count
+        Section.depth -= 1
         return results
+
+    def _undo(self, done: list[tuple[int, StepResult]]) -> None:
+        for w, stashed in done:
+            self._states.transition(w, WorkerState.STEPPING)
+            self._stash[w] = stashed
 
     def _collect(self, results: list[StepResult], pending: list[int], timeout: float | None,
                  deadline: float | None, copy: bool) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import multiprocessing.forkserver
 import os
 import pickle
@@ -183,8 +184,13 @@ class _Worker:
         # env through a per-env handler.
         self.step_one = (self._step_next if spec.autoreset_mode is AutoresetMode.NEXT_STEP
                          else self._step_disabled)
-        self.step_all = (self._step_all_same if spec.autoreset_mode is AutoresetMode.SAME_STEP
-                         else self._step_each)
+        # One loop per mode, chosen once: SAME_STEP and NEXT_STEP inlined (scalars gathered
+        # and written with one slice copy per field); DISABLED env by env.
+        loops: dict[AutoresetMode, Callable[[Sequence[Any], list[InfoRecord]], None]] = {
+                         AutoresetMode.SAME_STEP: self._step_all_same,
+                         AutoresetMode.NEXT_STEP: functools.partial(_step_all_next, self),
+                         AutoresetMode.DISABLED: self._step_each}
+        self.step_all = loops[spec.autoreset_mode]
         self.side = self._side()
         self.write_obs = _obs_writer(spec.buffers, self.views.obs_leaves)
         self.write_final = _obs_writer(spec.buffers, self.views.final_obs_leaves)
@@ -329,15 +335,9 @@ class _Worker:
             self.current_env = j
             raise
         finally:
-            v = self.views  # envs before a failing one keep what they wrote
-            try:
-                v.rewards[:j] = rewards[:j]
-                v.terminated[:j] = terminated[:j]
-                v.truncated[:j] = truncated[:j]
-            except (ValueError, TypeError):  # one env returned a non-scalar: name it
-                self.current_env, error = _first_non_scalar(rewards, terminated, truncated, j)
-                raise error from None
-            v.has_final_obs[:j] = has_final[:j]
+            # Envs before a failing one keep what they wrote.
+            _flush_scalars(self, rewards, terminated, truncated, j)
+            self.views.has_final_obs[:j] = has_final[:j]
 
     def _actions(self) -> Sequence[Any]:
         views = self.views.action_leaves
@@ -540,3 +540,45 @@ def _reply_error(command: Command, payload: Any, exc: Exception) -> ErrorReport:
         f"{type(exc).__name__}: {exc}. Return plain data (numbers, arrays, dicts).",
         traceback=traceback.format_exc(),
     )
+
+
+def _step_all_next(worker: _Worker, actions: Sequence[Any], records: list[InfoRecord]) -> None:
+    """NEXT_STEP over every env, inlined like SAME_STEP's loop: an env that ended at its last
+    step is reset instead of stepped (reward 0, flags False, its action ignored)."""
+    n, envs, ended, write_obs = worker.count, worker.envs, worker.ended, worker.write_obs
+    rewards: list[Any] = [0.0] * n
+    terminated, truncated = [False] * n, [False] * n
+    j = 0
+    try:
+        for j in range(n):
+            env = envs[j]
+            if ended[j]:
+                obs, reset_info = env.reset()
+                ended[j] = False
+                records.append((j, {}, reset_info))
+            else:
+                obs, rewards[j], term, trunc, info = env.step(actions[j])
+                terminated[j], truncated[j] = term, trunc
+                ended[j] = term or trunc
+                if info:
+                    records.append((j, info, None))
+            write_obs(j, obs)
+        j = n
+    except BaseException:
+        worker.current_env = j
+        raise
+    finally:
+        _flush_scalars(worker, rewards, terminated, truncated, j)
+
+
+def _flush_scalars(worker: _Worker, rewards: list[Any], terminated: list[Any],
+                   truncated: list[Any], count: int) -> None:
+    """One slice copy per field for the first ``count`` envs (those before a failing one)."""
+    v = worker.views
+    try:
+        v.rewards[:count] = rewards[:count]
+        v.terminated[:count] = terminated[:count]
+        v.truncated[:count] = truncated[:count]
+    except (ValueError, TypeError):  # one env returned a non-scalar: name it
+        worker.current_env, error = _first_non_scalar(rewards, terminated, truncated, count)
+        raise error from None
