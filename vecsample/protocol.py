@@ -90,16 +90,15 @@ class WorkerStates:
     def __init__(self, num_workers: int) -> None:
         #: The states by worker, for reads on the hot path; change them only by ``transition``.
         self.current = [WorkerState.IDLE] * num_workers
-        self._states = self.current
 
     def __getitem__(self, w: int) -> WorkerState:
-        return self._states[w]
+        return self.current[w]
 
     def index(self, worker: object, closed: bool) -> int:
         """``worker`` as a valid index, or ClosedError / WorkerIndexError saying why not."""
         if closed:
             raise errors.ClosedError(what="VecSampler")
-        n = len(self._states)
+        n = len(self.current)
         if (isinstance(worker, bool) or not isinstance(worker, numbers.Integral)
                 or not 0 <= int(worker) < n):
             raise errors.WorkerIndexError(worker=worker, num_workers=n)
@@ -107,25 +106,25 @@ class WorkerStates:
 
     def transition(self, w: int, to: WorkerState) -> None:
         """Moves worker ``w`` to ``to``; a move not in TRANSITIONS raises ProtocolError."""
-        now = self._states[w]
+        now = self.current[w]
         if to not in TRANSITIONS[now]:
             raise errors.ProtocolError(worker=w, current=now.value, requested=to.value)
-        self._states[w] = to
+        self.current[w] = to
 
     def close_all(self) -> None:
-        for w in range(len(self._states)):
+        for w in range(len(self.current)):
             self.transition(w, WorkerState.CLOSED)
 
     def stepping(self) -> list[int]:
         """The workers with a step in flight, in index order."""
-        return [w for w, s in enumerate(self._states) if s is WorkerState.STEPPING]
+        return [w for w, s in enumerate(self.current) if s is WorkerState.STEPPING]
 
     def all_idle(self) -> bool:
-        return self._states.count(WorkerState.IDLE) == len(self._states)  # one C-level count
+        return self.current.count(WorkerState.IDLE) == len(self.current)  # one C-level count
 
     def expect_idle(self, w: int, call: str) -> None:
         """Raises unless worker ``w`` can take ``call`` now (restart heals lost ones first)."""
-        state = self._states[w]
+        state = self.current[w]
         if state is WorkerState.STEPPING:
             raise errors.WorkerBusyError(call=call, workers=[w], to_one=True)
         if state is not WorkerState.IDLE:
@@ -138,12 +137,12 @@ class WorkerStates:
         stepping = self.stepping()
         if stepping:
             raise errors.WorkerBusyError(call=call, workers=stepping)
-        for w in range(len(self._states)):
+        for w in range(len(self.current)):
             self.expect_idle(w, call)
 
     def lost(self) -> list[int]:
         """The workers left failed or dead by an earlier call."""
-        return [w for w, s in enumerate(self._states)
+        return [w for w, s in enumerate(self.current)
                 if s in (WorkerState.FAILED, WorkerState.DEAD)]
 
 

@@ -53,13 +53,10 @@ class Section:
     pending = False
 
     def __enter__(self) -> None:
-        Section.depth += 1
+        enter()
 
     def __exit__(self, kind: object, value: object, tb: object) -> None:
-        Section.depth -= 1
-        if Section.pending and Section.depth == 0:
-            Section.pending = False
-            signal.default_int_handler(signal.SIGINT, None)  # Python's own KeyboardInterrupt
+        leave()
 
     @staticmethod
     def interrupted() -> bool:
@@ -78,6 +75,7 @@ def enter() -> None:
 
 
 def leave() -> None:
+    """End of a section: raises the SIGINT noted inside it, as Python's own KeyboardInterrupt."""
     Section.depth -= 1
     if Section.pending and Section.depth == 0:
         Section.pending = False

@@ -182,8 +182,6 @@ class _Worker:
         }
         # SAME_STEP (the default) has its own inlined batch loop; the other modes step env by
         # env through a per-env handler.
-        self.step_one = (self._step_next if spec.autoreset_mode is AutoresetMode.NEXT_STEP
-                         else self._step_disabled)
         # One loop per mode, chosen once: SAME_STEP and NEXT_STEP inlined (scalars gathered
         # and written with one slice copy per field); DISABLED env by env.
         loops: dict[AutoresetMode, Callable[[Sequence[Any], list[InfoRecord]], None]] = {
@@ -301,10 +299,17 @@ class _Worker:
         return records if (records and self.spec.infos) else None
 
     def _step_each(self, actions: Sequence[Any], records: list[InfoRecord]) -> None:
-        """NEXT_STEP and DISABLED: one ``step_one`` call per env."""
+        """DISABLED: env by env; an ended env stays frozen until reset(mask=...) names it."""
         for j in range(self.count):
             self.current_env = j
-            self.step_one(j, actions[j], records)
+            if self.ended[j]:
+                self.views.rewards[j] = 0.0
+                continue
+            obs, reward, terminated, truncated, info = self.envs[j].step(actions[j])
+            self.ended[j] = terminated or truncated
+            self._write(j, obs, reward, terminated, truncated)
+            if info:
+                records.append((j, info, None))
         self.current_env = None
 
     def _step_all_same(self, actions: Sequence[Any], records: list[InfoRecord]) -> None:
@@ -356,29 +361,6 @@ class _Worker:
         except (ValueError, TypeError):  # numpy refuses a non-scalar: say which, and why
             _, error = _first_non_scalar([reward], [terminated], [truncated], 1)
             raise error from None
-
-    def _step_next(self, j: int, action: Any, records: list[InfoRecord]) -> None:
-        if self.ended[j]:
-            obs, reset_info = self.envs[j].reset()
-            self.ended[j] = False
-            self._write(j, obs, 0.0, False, False)
-            records.append((j, {}, reset_info))
-            return
-        self._step_and_mark_end(j, action, records)
-
-    def _step_disabled(self, j: int, action: Any, records: list[InfoRecord]) -> None:
-        if self.ended[j]:
-            self.views.rewards[j] = 0.0  # frozen until reset(mask=...) names it
-            return
-        self._step_and_mark_end(j, action, records)
-
-    def _step_and_mark_end(self, j: int, action: Any, records: list[InfoRecord]) -> None:
-        """A plain step that remembers whether the episode ended (NEXT_STEP and DISABLED)."""
-        obs, reward, terminated, truncated, info = self.envs[j].step(action)
-        self.ended[j] = terminated or truncated
-        self._write(j, obs, reward, terminated, truncated)
-        if info:
-            records.append((j, info, None))
 
     # --- synchronous commands --------------------------------------------------------------------
 
