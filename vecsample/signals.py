@@ -58,11 +58,6 @@ class Section:
     def __exit__(self, kind: object, value: object, tb: object) -> None:
         leave()
 
-    @staticmethod
-    def interrupted() -> bool:
-        """Inside a section: whether a SIGINT came and will be raised at its end."""
-        return Section.pending
-
 
 #: ``with critical:`` defers a SIGINT to the end of the block (see the module docstring).
 critical = Section()
