@@ -180,14 +180,12 @@ class _Worker:
             Command.GET_ATTR: self._get_attr,
             Command.SET_ATTR: self._set_attr,
         }
-        # SAME_STEP (the default) has its own inlined batch loop; the other modes step env by
-        # env through a per-env handler.
-        # One loop per mode, chosen once: SAME_STEP and NEXT_STEP inlined (scalars gathered
-        # and written with one slice copy per field); DISABLED env by env.
+        # One inlined loop per mode, chosen once here, none branching on the mode per env:
+        # scalars are gathered in lists and written with one slice copy per field.
         loops: dict[AutoresetMode, Callable[[Sequence[Any], list[InfoRecord]], None]] = {
                          AutoresetMode.SAME_STEP: self._step_all_same,
                          AutoresetMode.NEXT_STEP: functools.partial(_step_all_next, self),
-                         AutoresetMode.DISABLED: self._step_each}
+                         AutoresetMode.DISABLED: functools.partial(_step_all_disabled, self)}
         self.step_all = loops[spec.autoreset_mode]
         self.side = self._side()
         self.write_obs = _obs_writer(spec.buffers, self.views.obs_leaves)
@@ -298,20 +296,6 @@ class _Worker:
         self.stats[1] += self.count
         return records if (records and self.spec.infos) else None
 
-    def _step_each(self, actions: Sequence[Any], records: list[InfoRecord]) -> None:
-        """DISABLED: env by env; an ended env stays frozen until reset(mask=...) names it."""
-        for j in range(self.count):
-            self.current_env = j
-            if self.ended[j]:
-                self.views.rewards[j] = 0.0
-                continue
-            obs, reward, terminated, truncated, info = self.envs[j].step(actions[j])
-            self.ended[j] = terminated or truncated
-            self._write(j, obs, reward, terminated, truncated)
-            if info:
-                records.append((j, info, None))
-        self.current_env = None
-
     def _step_all_same(self, actions: Sequence[Any], records: list[InfoRecord]) -> None:
         """SAME_STEP over every env: the hot loop, inlined. Scalars are gathered in lists and
         written with one slice copy per field; observations row by row (a row may be a scalar
@@ -350,17 +334,6 @@ class _Worker:
             return views[0]  # type: ignore[return-value]  # rows (or scalars) straight from shm
         space = self.spec.buffers.action_space
         return [unflatten(space, (v[j] for v in views)) for j in range(self.count)]
-
-    def _write(self, j: int, obs: Any, reward: Any, terminated: Any, truncated: Any) -> None:
-        v = self.views
-        self.write_obs(j, obs)
-        try:
-            v.rewards[j] = reward
-            v.terminated[j] = terminated
-            v.truncated[j] = truncated
-        except (ValueError, TypeError):  # numpy refuses a non-scalar: say which, and why
-            _, error = _first_non_scalar([reward], [terminated], [truncated], 1)
-            raise error from None
 
     # --- synchronous commands --------------------------------------------------------------------
 
@@ -564,3 +537,30 @@ def _flush_scalars(worker: _Worker, rewards: list[Any], terminated: list[Any],
     except (ValueError, TypeError):  # one env returned a non-scalar: name it
         worker.current_env, error = _first_non_scalar(rewards, terminated, truncated, count)
         raise error from None
+
+
+def _step_all_disabled(worker: _Worker, actions: Sequence[Any],
+                       records: list[InfoRecord]) -> None:
+    """DISABLED over every env, inlined like the others: an env that ended stays frozen (not
+    stepped, reward 0, its flags as they were) until reset(mask=...) names it."""
+    n, envs, ended, write_obs = worker.count, worker.envs, worker.ended, worker.write_obs
+    rewards: list[Any] = [0.0] * n
+    terminated: list[Any] = worker.views.terminated.tolist()  # frozen envs keep their flags
+    truncated: list[Any] = worker.views.truncated.tolist()
+    j = 0
+    try:
+        for j in range(n):
+            if ended[j]:
+                continue
+            obs, rewards[j], term, trunc, info = envs[j].step(actions[j])
+            terminated[j], truncated[j] = term, trunc
+            ended[j] = term or trunc
+            if info:
+                records.append((j, info, None))
+            write_obs(j, obs)
+        j = n
+    except BaseException:
+        worker.current_env = j
+        raise
+    finally:
+        _flush_scalars(worker, rewards, terminated, truncated, j)
