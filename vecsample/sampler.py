@@ -148,7 +148,7 @@ class VecSampler:
         ordered = handshake.ORDERED  # read once: tests force the unordered protocol through it
         self._pool = WorkerPool(self.config, self._buffers, ordered)
         self._states = self._pool.states
-        self._channel = StepChannel(self.config, self._buffers, self._pool, ordered)
+        self._channel = StepChannel(self.config, self._buffers, self._pool, ordered, self._meter)
         self._restarts = Restarts(self.config, self._pool, self._channel)
         #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
         self.restart_log = self._restarts.log
@@ -239,8 +239,8 @@ class VecSampler:
         """Every env's current data as one StepResult, with the infos of ``results`` merged."""
         merged = self._channel.result_of(None, copy)
         for r in results:
-            merged.infos.update(r.infos)
-            merged.reset_infos.update(r.reset_infos)
+            merged.infos.absorb(r.infos)
+            merged.reset_infos.absorb(r.reset_infos)
         return merged
 
     # --- synchronous commands --------------------------------------------------------------------

@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import logger, spaces
 from gymnasium.vector.utils import batch_space
 
-from vecsample import errors
+from vecsample import errors, vector_infos
 from vecsample.config import check_int, env_factories
 from vecsample.protocol import AutoresetMode, EnvFn, Space
 from vecsample.results import StepResult
@@ -228,7 +228,12 @@ class VectorEnv(gym.vector.VectorEnv):
                 v.truncated.copy(), infos)
 
     def _vector_infos(self, v: StepResult) -> dict[str, Any]:
-        step_infos, reset_infos = v.infos, v.reset_infos
+        fast = vector_infos.build(
+            v.infos, v.reset_infos, self.mode, v.has_final_obs,
+            lambda i: _unbatch(self.single_observation_space, v.final_obs, i), self._add_info)
+        if fast is not None:
+            return fast
+        step_infos, reset_infos = v.infos, v.reset_infos  # changed by a restart: env by env
         infos: dict[str, Any] = {}
         for i in range(self.num_envs):
             info = step_infos.get(i, {})
