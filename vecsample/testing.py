@@ -253,3 +253,36 @@ class CloseRecordingEnv(SlowEnv):
             with open(self.marker, "a") as f:
                 f.write(f"{self.env_index} {os.getpid()}\n")
         super().close()
+
+
+class SleepEnv(gym.Env[np.ndarray, np.int64]):
+    """An env that uses no CPU: it sleeps ``seconds`` per step (0: returns at once).
+
+    ``sleep_fns`` gives one sleeper per worker block, so a worker's batch takes ``seconds``
+    while its core stays free: with many workers on few cores, what limits the rate is the
+    parent (``vecsample bench --sleep-env``, docs/benchmarks.md). Never ends an episode."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.obs = np.zeros(4, dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None,
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return self.obs, {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.seconds:
+            time.sleep(self.seconds)
+        return self.obs, 0.0, False, False, {}
+
+
+def sleep_fns(num_envs: int, num_workers: int, seconds: float) -> list[Callable[[], Any]]:
+    """``num_envs`` SleepEnv factories: the first env of each worker's block sleeps
+    ``seconds`` per step, the others not at all (``num_envs`` a multiple of the workers)."""
+    block = num_envs // num_workers
+    return [functools.partial(SleepEnv, seconds if i % block == 0 else 0.0)
+            for i in range(num_envs)]

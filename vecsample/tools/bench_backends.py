@@ -25,6 +25,7 @@ import numpy as np
 
 from vecsample.config import EnvMaker
 from vecsample.sampler import VecSampler
+from vecsample.testing import sleep_fns
 from vecsample.tools.compare import sampling_loop
 from vecsample.tools.policies import ACTION_TABLE, ActionTable, Policy, mlp_policy
 from vecsample.vector_env import VectorEnv
@@ -48,6 +49,9 @@ class Config:
     cores: int
     timeout: float
     policy: str  # "none" or "mlp"
+    #: > 0: the sleep-env scenario (testing.SleepEnv): one sleep of this many seconds per
+    #: worker batch, no CPU used by the envs; ``env_id`` is then only a label.
+    sleep: float = 0.0
 
     @property
     def envs_per_worker(self) -> int:
@@ -71,6 +75,14 @@ class Backend(Protocol):
         """Its child processes, whose CPU time counts with this process's."""
 
     def close(self) -> None: ...
+
+
+def sampler_stats(backend: Backend) -> dict[str, float] | None:
+    """``VecSampler.stats()`` of a vecsample backend; None for the others."""
+    sampler = getattr(backend, "sampler", None) or getattr(backend, "env", None)
+    if isinstance(sampler, VectorEnv):
+        sampler = sampler.sampler
+    return sampler.stats() if isinstance(sampler, VecSampler) else None
 
 
 # --- policies --------------------------------------------------------------------------------
@@ -173,8 +185,9 @@ class Sampler:
     """VecSampler in the loop of ``vecsample compare``: full (timeout None) or partial batches."""
 
     def __init__(self, cfg: Config, timeout: float | None) -> None:
-        self.sampler = VecSampler(cfg.env_id, num_envs=cfg.num_envs, num_workers=cfg.workers,
-                                  infos=False)
+        # infos on: the default path (issue 15); their numeric values travel in shared memory.
+        self.sampler = VecSampler(_fns(cfg) if cfg.sleep else cfg.env_id, num_envs=cfg.num_envs,
+                                  num_workers=cfg.workers)
         self.timeout = timeout
         s = self.sampler
         self.policy = make_policy(cfg.policy, s.single_observation_space, s.single_action_space,
@@ -284,7 +297,25 @@ def cpu_seconds(pids: list[int]) -> float | None:
 
 
 def _fns(cfg: Config) -> list[Callable[[], gym.Env[Any, Any]]]:
+    if cfg.sleep:
+        return sleep_fns(cfg.num_envs, cfg.workers, cfg.sleep)
     return [EnvMaker(cfg.env_id)] * cfg.num_envs
+
+
+def _bare(cfg: Config, procs: int) -> Backend:
+    if cfg.sleep:
+        raise Unavailable("not run with sleep envs: their limit is num_envs ÷ the sleep")
+    return BareLoops(cfg.env_id, procs, cfg.envs_per_core)
+
+
+def _no_sleep(builder: Callable[[Config], Backend]) -> Callable[[Config], Backend]:
+    """Only vecsample's rows run with sleep envs: the scenario measures its parent."""
+    def build(cfg: Config) -> Backend:
+        if cfg.sleep:
+            raise Unavailable("only vecsample's rows run with sleep envs")
+        return builder(cfg)
+
+    return build
 
 
 def _need(module: str, extra: str = "bench") -> None:
@@ -321,19 +352,18 @@ def _envpool(cfg: Config) -> Backend:
 
 #: name -> (label, builder). The order is the table's.
 BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
-    "bare": ("bare loop, 1 process", lambda c: BareLoops(c.env_id, 1, c.envs_per_core)),
-    "machine": ("bare loop × cores (machine limit)",
-                lambda c: BareLoops(c.env_id, c.cores, c.envs_per_core)),
+    "bare": ("bare loop, 1 process", lambda c: _bare(c, 1)),
+    "machine": ("bare loop × cores (machine limit)", lambda c: _bare(c, c.cores)),
     "vecsample": ("vecsample VecSampler, full batches", lambda c: Sampler(c, None)),
     "vecsample_partial": ("vecsample VecSampler, partial batches",
                           lambda c: Sampler(c, c.timeout)),
     "vector_env": ("vecsample VectorEnv",
                    lambda c: GymnasiumStyle(VectorEnv(_fns(c), c.workers), c)),
     "sync": ("gymnasium SyncVectorEnv",
-             lambda c: GymnasiumStyle(gym.vector.SyncVectorEnv(_fns(c)), c)),
-    "async": ("gymnasium AsyncVectorEnv (shared memory)", _async),
-    "sb3": ("SB3 SubprocVecEnv", _sb3),
-    "envpool": ("EnvPool (C++ envs)", _envpool),
+             _no_sleep(lambda c: GymnasiumStyle(gym.vector.SyncVectorEnv(_fns(c)), c))),
+    "async": ("gymnasium AsyncVectorEnv (shared memory)", _no_sleep(_async)),
+    "sb3": ("SB3 SubprocVecEnv", _no_sleep(_sb3)),
+    "envpool": ("EnvPool (C++ envs)", _no_sleep(_envpool)),
 }
 
 
