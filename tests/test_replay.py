@@ -276,3 +276,28 @@ def test_a_restart_is_replayed_truncated_and_reseeded(make_sampler, log):
     assert t.restart_log == s.restart_log
     restarted = [rec for recv in recorded for rec in recv if rec[7] != bytes(PER_WORKER)]
     assert len(restarted) == 1 and restarted[0][0] == 2  # flagged once, on worker 2
+
+
+# --- vecsample compare --replay-check ------------------------------------------------------------
+
+
+def test_compare_replay_check_reports_a_match_and_a_free_run_that_differs(capsys):
+    from vecsample.__main__ import main
+
+    argv = ["compare", "--replay-check", "--envs", "straggler", "--policies", "random",
+            "--workers", "4", "--envs-per-worker", "2", "--timeouts", "none", "0.0001",
+            "--iterations", "30", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "timeout 0.1 ms" in out and "replay:   match: every recv bit-identical" in out
+
+
+def test_the_replay_check_report_names_the_first_mismatch():
+    from vecsample.tools.replay_check import Check, first_difference, report
+
+    check = Check("straggler", 2, 2, 0.001, "random", 0.001, 10, 0)
+    a, b = [b"x", b"y", b"z"], [b"x", b"y", b"q"]
+    assert first_difference(a, b) == 2 and first_difference(a, a) is None
+    assert first_difference(a, a[:2]) == 2
+    text = report(check, a, b, a, 100)
+    assert "MISMATCH: first at recv 2 of 3" in text and "free run: identical" in text

@@ -108,6 +108,11 @@ class Recorder(NoLog):
         # The hot records, packed once: [SEND, w] for each worker, [SEND_ALL].
         self._send = [_packed(Tag.SEND, w) for w in range(config.num_workers)]
         self._send_all = _packed(Tag.SEND_ALL)
+        # [RECV, [w...]] as bytes: the array's head for each length, then one byte per worker,
+        # while msgpack writes a list under 16 entries of ints under 128 that way.
+        self._recv_head = ([bytes((0x92, Tag.RECV, 0x90 | n))
+                            for n in range(config.num_workers + 1)]
+                           if config.num_workers < 16 else [])
         self._write = self._writer.write
         self._flush_at = time.monotonic() + FLUSH_EVERY
 
@@ -143,7 +148,11 @@ class Recorder(NoLog):
     def delivered(self, results: list[StepResult]) -> list[StepResult]:
         if len(self._restart_log) > self._seen:
             self._restarts()
-        self._record(Tag.RECV, [r.worker for r in results])
+        workers = [r.worker for r in results]
+        if self._recv_head:  # packed by hand: msgpack's fixarray of fixints
+            self._write(self._recv_head[len(workers)] + bytes(workers))  # type: ignore[arg-type]
+        else:
+            self._record(Tag.RECV, workers)
         now = time.monotonic()
         if now >= self._flush_at:  # a killed run loses at most the last FLUSH_EVERY seconds
             self._flush_at = now + FLUSH_EVERY
@@ -163,8 +172,8 @@ class Recorder(NoLog):
         self._writer.close()
 
 
-def _packed(*fields: int) -> bytes:
-    data: bytes = msgpack.packb(list(fields))
+def _packed(tag: Tag, *fields: int) -> bytes:
+    data: bytes = msgpack.packb([int(tag), *fields])
     return data
 
 
