@@ -9,6 +9,7 @@ how it is grouped. A trajectory is compared as bytes: bit for bit, -0.0 is not 0
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import struct
@@ -301,3 +302,42 @@ def test_the_replay_check_report_names_the_first_mismatch():
     assert first_difference(a, a[:2]) == 2
     text = report(check, a, b, a, 100)
     assert "MISMATCH: first at recv 2 of 3" in text and "free run: identical" in text
+
+
+def test_vector_env_passes_record_and_replay_through(make_vector_env, log):
+    from vecsample.testing import SlowEnv
+
+    def run(**kwargs: Any) -> list[bytes]:
+        env = make_vector_env(fns(SlowEnv, 4, info=True), 2, **kwargs)
+        out = [env.reset(seed=3)[0].tobytes()]
+        for _ in range(12):
+            obs, rewards, _, _, infos = env.step(np.array([1, 2, 3, 0]))
+            out.append(obs.tobytes() + rewards.tobytes() + repr(sorted(infos)).encode())
+        env.close()
+        return out
+
+    assert run(replay=_recorded(run, log)) == run()
+    with pytest.raises(errors.ReplayDivergedError, match="call #1"):
+        make_vector_env(fns(SlowEnv, 4, info=True), 2, replay=log).reset(seed=4)
+
+
+def test_a_recorded_deadline_is_raised_again_with_the_same_results(make_sampler, log):
+    from vecsample.testing import SlowEnv
+
+    def run(**kwargs: Any) -> list[Any]:
+        env_fns = [functools.partial(SlowEnv, env_index=i, step_time=0.4 if i >= 2 else 0.0)
+                   for i in range(4)]
+        s = make_sampler(env_fns, num_workers=2, seed=1, **kwargs)
+        s.reset()
+        s.step_send(0, np.ones(2, dtype=np.int64))
+        s.step_send(1, np.ones(2, dtype=np.int64))
+        with pytest.raises(errors.DeadlineExceededError) as info:
+            s.step_recv(None, deadline=0.1)
+        out = [info.value.hung_workers, fingerprint(info.value.results)]
+        out.append(fingerprint(s.step_recv(None, copy=True)))
+        s.close()
+        return out
+
+    recorded = run(record=log)
+    assert recorded[0] == [1] and [r[0] for r in recorded[1]] == [0]
+    assert run(replay=log) == recorded
