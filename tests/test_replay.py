@@ -13,6 +13,8 @@ import functools
 import os
 import signal
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -341,3 +343,27 @@ def test_a_recorded_deadline_is_raised_again_with_the_same_results(make_sampler,
     recorded = run(record=log)
     assert recorded[0] == [1] and [r[0] for r in recorded[1]] == [0]
     assert run(replay=log) == recorded
+
+
+def test_an_unseeded_run_is_refused_plainly_and_numpy_seeds_are_seeds(make_sampler, log):
+    s = make_sampler(fns(CountingEnv, 2), num_workers=1, record=log)
+    s.reset()
+    s.reset(seed=np.int64(4))
+    s.close()
+    t = make_sampler(fns(CountingEnv, 2), num_workers=1, replay=log)
+    with pytest.raises(errors.ReplayUnsupportedError, match="without a seed"):
+        t.reset()
+    u = make_sampler(fns(CountingEnv, 2), num_workers=1, record=log)
+    u.reset(seed=np.int64(4))
+    u.close()
+    make_sampler(fns(CountingEnv, 2), num_workers=1, replay=log).reset(seed=4)
+
+
+def test_the_overhead_experiment_runs_on_a_tiny_budget():
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "experiments/replay_overhead.py", "--seconds", "0.05",
+                           "--repeats", "1", "--hook-calls", "100"], capture_output=True,
+                          text=True, timeout=120, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr
+    assert "| partial + record |" in proc.stdout and "recording took" in proc.stdout

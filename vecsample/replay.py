@@ -191,6 +191,7 @@ class Replayer(NoLog):
         #: The index of the current call (0: the construction), and why replay stopped.
         self.call = 0
         self.stopped: errors.ReplayError | None = None
+        self._seeded = config.seed is not None  # once true, every env has a seeded stream
         self._check_header(header(config))
 
     def _check_header(self, ours: dict[str, Any]) -> None:
@@ -247,6 +248,14 @@ class Replayer(NoLog):
         fields = (seed_field(seed), digest(options), digest(mask))
         self._expect(Tag.RESET, *fields, got=f"reset(seed={fields[0]!r}, ...) with "
                      f"{'the same' if fields[1:] == (None, None) else 'other'} options/mask")
+        self._seeded = self._seeded or seed is not None
+        if not self._seeded:  # unseeded envs make other data in every run
+            self.stopped = errors.ReplayUnsupportedError(
+                path=self.path, call=self.call, what="the recorded run reset its envs without "
+                "a seed (seed=None in VecSampler and in reset), so what they returned cannot "
+                "be made again", fix="pass seed= to VecSampler (or to the first reset) and "
+                "record the run again")
+            raise self.stopped
 
     def command(self, command: Command, payload: object) -> None:
         self._expect(Tag.COMMAND, int(command), digest(payload),

@@ -9,11 +9,12 @@ its last complete record. The recorder and the replayer that use it are in repla
 from __future__ import annotations
 
 import hashlib
+import numbers
 import os
 import re
 import struct
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from typing import IO, Any
 
@@ -84,8 +85,12 @@ def digest(value: object) -> bytes | None:
 
 
 def seed_field(seed: object) -> object:
-    """A reset's seed as recorded: an int or None as it is, a list of seeds as its digest."""
-    return seed if seed is None or isinstance(seed, int) else digest(list(seed))  # type: ignore[call-overload]
+    """A reset's seed as recorded: an int (numpy's too) or None as it is, else its digest."""
+    if seed is None or isinstance(seed, numbers.Integral):
+        return None if seed is None else int(seed)
+    if isinstance(seed, Iterable):
+        return digest([None if s is None else int(s) for s in seed])
+    return digest(seed)
 
 
 # --- the file ------------------------------------------------------------------------------------
