@@ -18,6 +18,7 @@ import os
 import statistics
 import tempfile
 import timeit
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import tyro
@@ -107,5 +108,9 @@ def main(args: Args) -> None:
           f"({size / max(1, last.recvs * args.repeats):.1f} bytes per recv, about)")
 
 
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    return tyro.cli(Args, description=__doc__, args=argv)
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

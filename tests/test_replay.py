@@ -120,11 +120,17 @@ def test_full_batches_resets_and_commands_replay_too(make_sampler, log):
         out = [s.reset(seed=5)[0].tobytes()]
         s.set_attr("length", 3)
         out += [s.step(np.ones(4, dtype=np.int64)).obs.tobytes() for _ in range(5)]
-        out.append(s.reset(mask=np.array([True, False, True, False]))[0].tobytes())
+        # options whose repr holds a memory address, different in every run
+        out.append(s.reset(options={"opaque": Opaque()},
+                           mask=np.array([True, False, True, False]))[0].tobytes())
         s.close()
         return out
 
     assert run(replay=_recorded(run, log)) == run()
+
+
+class Opaque:
+    """An object with the default repr: ``<... Opaque object at 0x...>``."""
 
 
 def _recorded(run: Callable[..., Any], log: Path) -> Path:

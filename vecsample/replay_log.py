@@ -35,6 +35,8 @@ IDENTITY = ("num_envs", "num_workers", "env_digest", "autoreset_mode", "seed", "
             "infos")
 
 PathArg = str | os.PathLike[str]
+#: " at 0x7f...": the address in a default repr, different in every process.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 class Tag(IntEnum):
@@ -69,18 +71,18 @@ def _describe(fn: object) -> str:
     """A factory as text that is the same in every run (no memory addresses)."""
     if isinstance(fn, EnvMaker):
         return f"{fn.env_id} {sorted(fn.kwargs.items())!r}"
-    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(fn))
+    return _ADDRESS.sub("", repr(fn))
 
 
 def digest(value: object) -> bytes | None:
     """8 bytes that tell two values apart (None stays None): of a numpy array's bytes, else of
-    its repr."""
+    its repr without memory addresses (which differ from run to run)."""
     if value is None:
         return None
     if isinstance(value, np.ndarray):
         data = value.dtype.str.encode() + repr(value.shape).encode() + value.tobytes()
     else:
-        data = repr(value).encode()
+        data = _ADDRESS.sub("", repr(value)).encode()
     return hashlib.blake2b(data, digest_size=8).digest()
 
 
