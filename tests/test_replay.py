@@ -95,8 +95,6 @@ def test_a_replayed_straggler_run_is_bit_identical_and_a_free_run_is_not(make_sa
     assert second == recorded
     # The test could fail: without replay the timing changes what the envs see.
     assert free != recorded
-    assert [len(recv) for recv in recorded] != [len(recv) for recv in free] or any(
-        a[0] != b[0] for a, b in zip(recorded, free, strict=False))
     assert any(len(recv) < WORKERS for recv in recorded[:-1]), "no partial batch was recorded"
 
 
