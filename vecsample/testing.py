@@ -72,6 +72,8 @@ class SlowEnv(CountingEnv):
 
     ``step_time`` is the median sleep. ``tail`` picks the spread: ``"none"`` (constant),
     ``"uniform"`` (±``spread``) or ``"heavy"`` (a Pareto tail: most steps fast, a few very slow).
+    The sleeps are drawn from ``seed`` and the env index; ``seed=None`` draws them from the OS's
+    entropy, so the arrival order differs from run to run (the observations never depend on it).
     """
 
     def __init__(
@@ -81,15 +83,16 @@ class SlowEnv(CountingEnv):
         tail: str = "none",
         spread: float = 0.5,
         length: int = 1_000_000,
-        seed: int = 0,
+        seed: int | None = 0,
+        info: bool = False,
     ) -> None:
-        super().__init__(env_index=env_index, length=length)
+        super().__init__(env_index=env_index, length=length, info=info)
         if tail not in ("none", "uniform", "heavy"):
             raise ValueError(f"tail must be 'none', 'uniform' or 'heavy', got {tail!r}")
         self.step_time = step_time
         self.tail = tail
         self.spread = spread
-        self._rng = np.random.default_rng([seed, env_index])
+        self._rng = np.random.default_rng(None if seed is None else [seed, env_index])
 
     def draw_delay(self) -> float:
         """The next step's sleep in seconds, drawn from this env's own stream (advances it)."""
@@ -113,9 +116,10 @@ class StragglerEnv(SlowEnv):
     """
 
     def __init__(self, env_index: int = 0, step_time: float = 0.001, tail: str = "heavy",
-                 spread: float = 0.5, length: int = 1_000_000, seed: int = 0) -> None:
+                 spread: float = 0.5, length: int = 1_000_000, seed: int | None = 0,
+                 info: bool = False) -> None:
         super().__init__(env_index=env_index, step_time=step_time, tail=tail, spread=spread,
-                         length=length, seed=seed)
+                         length=length, seed=seed, info=info)
 
 
 class RaisingEnv(CountingEnv):

@@ -64,8 +64,8 @@ class VectorEnv(gym.vector.VectorEnv):
             ``NEXT_STEP`` by default, as in gymnasium.
         max_concurrency: At most this many envs run at once: caps the number of workers.
         **sampler_kwargs: Passed on to ``VecSampler``: ``deadline``, ``restart``,
-            ``check_actions``, ``cpu_affinity``, ... (``infos`` is always on here, and
-            ``uneven_split`` on by default).
+            ``check_actions``, ``cpu_affinity``, ``record``, ``replay`` (docs/semantics.md), ...
+            (``infos`` is always on here, and ``uneven_split`` on by default).
 
     Raises:
         vecsample.errors.ConfigError: a bad setting (worker count, autoreset mode, ...);

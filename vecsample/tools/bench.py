@@ -43,6 +43,9 @@ from vecsample.tools.bench_backends import (
     sampler_stats,
 )
 
+#: The partial-batch row recording a replay log: measured only with --record.
+RECORD_ROW = "vecsample_partial_record"
+DEFAULT_BACKENDS = [name for name in BACKENDS if name != RECORD_ROW]
 #: Env counts per env id when --num-envs is not given (the targets of issue 4).
 DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64]}
 VERSIONED = ("vecsample", "numpy", "gymnasium", "mujoco", "torch", "stable_baselines3",
@@ -87,9 +90,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vecsample workers (default: the cores)")
     parser.add_argument("--cores", type=int, default=None,
                         help="bare loops at once for the machine limit (default: usable cores)")
-    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS),
-                        metavar="NAME", help="the rows to measure, in this order: "
-                        + ", ".join(BACKENDS) + " (default: all)")
+    parser.add_argument("--backends", nargs="+", default=DEFAULT_BACKENDS,
+                        choices=list(BACKENDS), metavar="NAME",
+                        help="the rows to measure, in this order: " + ", ".join(BACKENDS)
+                        + f" (default: all but {RECORD_ROW})")
+    parser.add_argument("--record", action="store_true",
+                        help=f"add the row {RECORD_ROW} (partial batches recording a replay log) "
+                        "after the partial row, and the cost of recording against it")
     parser.add_argument("--policy", choices=["none", "mlp"], default="none",
                         help="none: pre-sampled actions; mlp: a 64×64 torch MLP in the parent")
     parser.add_argument("--timeout", type=float, default=0.0005,
@@ -108,7 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def configs(args: argparse.Namespace) -> list[Config]:
-    """One Config per (env id, env count), checked."""
+    """One Config per (env id, env count), checked (--record adds its row to the backends)."""
+    if getattr(args, "record", False) and RECORD_ROW not in args.backends:
+        at = args.backends.index("vecsample_partial") + 1 if (
+            "vecsample_partial" in args.backends) else len(args.backends)
+        args.backends = [*args.backends[:at], RECORD_ROW, *args.backends[at:]]
     cores = args.cores or usable_cores()
     workers = args.workers or cores
     out = []
@@ -319,7 +330,8 @@ def _commit() -> str | None:
 
 
 #: Row names where BACKENDS' label is too long for the table (the JSON keeps the label).
-SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSampler partial"}
+SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSampler partial",
+         RECORD_ROW: "VecSampler partial + record"}
 HEADER = ("backend", "layout", "steps/s", "× bare", "× machine", "CPU µs", "CPU eff")
 #: The second block of a group: vecsample's rows, their U and E, the parent's µs per batch.
 PARENT_HEADER = ("vecsample row", "mode", "U", "E", "send", "wait", "return", "outside",
@@ -332,6 +344,8 @@ def name_of(r: Row, timeout: float | None) -> str:
     """The row's name in the table: the partial-batch row names its timeout."""
     if r.backend == "vecsample_partial":
         return f"VecSampler {compare.batches(timeout)}"
+    if r.backend == RECORD_ROW:
+        return f"VecSampler {compare.batches(timeout)} + record"
     return SHORT.get(r.backend, r.label)
 
 
@@ -430,7 +444,21 @@ def conclusion(rows: list[Row], timeout: float | None) -> str:
         return head + "nothing was measured"
     if winner.vs_machine is not None:
         text += f", at {winner.vs_machine:.3f}× the machine limit"
-    return head + text
+    return head + text + recording_cost(rows)
+
+
+def recording_cost(rows: list[Row]) -> str:
+    """``; recording 0.985× partial (per repeat 0.97–1.00)``: the record row against the
+    partial row, by the median of their per-repeat ratios (the two run back to back)."""
+    by = {r.backend: r for r in rows}
+    part, rec = by.get("vecsample_partial"), by.get(RECORD_ROW)
+    if part is None or rec is None or not part.repeats or not rec.repeats:
+        return ""
+    ratios = [b / a for a, b in zip(part.repeats, rec.repeats, strict=False) if a]
+    if not ratios:
+        return ""
+    return (f"; recording {statistics.median(ratios):.3f}× partial (per repeat "
+            f"{min(ratios):.3f}–{max(ratios):.3f})")
 
 
 def render(rows: list[Row], lat: dict[str, Any] | None, timeout: float | None) -> str:

@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import multiprocessing as mp
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -184,10 +185,13 @@ class BareLoops:
 class Sampler:
     """VecSampler in the loop of ``vecsample compare``: full (timeout None) or partial batches."""
 
-    def __init__(self, cfg: Config, timeout: float | None) -> None:
+    def __init__(self, cfg: Config, timeout: float | None, record: bool = False) -> None:
+        # record: every recv appended to a replay log (bench --record measures what it costs).
+        self._logs = tempfile.TemporaryDirectory() if record else None
+        path = None if self._logs is None else os.path.join(self._logs.name, "run.vsreplay")
         # infos on: the default path (issue 15); their numeric values travel in shared memory.
         self.sampler = VecSampler(_fns(cfg) if cfg.sleep else cfg.env_id, num_envs=cfg.num_envs,
-                                  num_workers=cfg.workers)
+                                  num_workers=cfg.workers, record=path)
         self.timeout = timeout
         s = self.sampler
         self.policy = make_policy(cfg.policy, s.single_observation_space, s.single_action_space,
@@ -222,6 +226,8 @@ class Sampler:
 
     def close(self) -> None:
         self.sampler.close()
+        if self._logs is not None:
+            self._logs.cleanup()
 
 
 class GymnasiumStyle:
@@ -357,6 +363,9 @@ BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "vecsample": ("vecsample VecSampler, full batches", lambda c: Sampler(c, None)),
     "vecsample_partial": ("vecsample VecSampler, partial batches",
                           lambda c: Sampler(c, c.timeout)),
+    # Only with --record: the partial row again, recording a replay log (its cost).
+    "vecsample_partial_record": ("vecsample VecSampler, partial batches + record",
+                                 lambda c: Sampler(c, c.timeout, record=True)),
     "vector_env": ("vecsample VectorEnv",
                    lambda c: GymnasiumStyle(VectorEnv(_fns(c), c.workers), c)),
     "sync": ("gymnasium SyncVectorEnv",
