@@ -257,6 +257,7 @@ class ParentSide:
                  spin_s: float, ordered: bool) -> None:
         self.words = control.reshape(-1).data
         self.sleeping = control[:num_workers, SLEEPING]  # a view: every worker's SLEEPING word
+        self.seq_words = control[:num_workers, SEQ]  # a view: every worker's SEQ word
         self.parent_sleeping = num_workers * CONTROL_WORDS + PARENT_SLEEPING
         self.ring_fd = ring_reader.fileno()
         os.set_blocking(self.ring_fd, False)
@@ -286,6 +287,12 @@ class ParentSide:
             return bool(self.words[workers[0] * CONTROL_WORDS + SLEEPING])
         return bool(self.sleeping[list(workers) if not isinstance(workers, range) else
                                   slice(workers.start, workers.stop)].any())
+
+    def post_all(self) -> None:
+        """Starts the next step on every worker: one vectorised write of the SEQ words."""
+        self.seq_words += 1
+        self.seq = self.seq_words.tolist()
+        self.expect = list(self.seq)
 
     def wants_ring(self, w: int) -> bool:
         """After ``fence()``: whether worker ``w`` sleeps and must be rung through its pipe."""

@@ -111,6 +111,14 @@ class WorkerStates:
             raise errors.ProtocolError(worker=w, current=now.value, requested=to.value)
         self.current[w] = to
 
+    def transition_all(self, to: WorkerState) -> None:
+        """Moves every worker to ``to``, checking each distinct state once."""
+        for now in set(self.current):
+            if to not in TRANSITIONS[now]:
+                raise errors.ProtocolError(worker=self.current.index(now), current=now.value,
+                                           requested=to.value)
+        self.current[:] = [to] * len(self.current)
+
     def close_all(self) -> None:
         for w in range(len(self.current)):
             self.transition(w, WorkerState.CLOSED)

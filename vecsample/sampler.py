@@ -233,8 +233,7 @@ class VecSampler(EnvCommands):
         self._expect_all_idle("send_all")
         self._log.send_all()
         self._actions.write(actions, self._channel.all_views.action_leaves, self.num_envs)
-        for w in range(self.num_workers):
-            self._channel.post(w)
+        self._channel.post_all()
         self._channel.ring(range(self.num_workers))
         self._meter.timers["send_s"] += time.perf_counter() - start
 

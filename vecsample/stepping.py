@@ -72,6 +72,20 @@ class StepChannel:
         finally:
             signals.leave()
 
+    def post_all(self) -> None:
+        """Posts every worker's step (all idle); ``ring`` must follow. One vectorised write,
+        unless a worker has a held restart result or restart flags to clear."""
+        if self._held or any(self._flagged):
+            for w in range(self._config.num_workers):
+                self.post(w)
+            return
+        signals.enter()  # posted and marked STEPPING together, or neither
+        try:
+            self._hs.post_all()
+            self._states.transition_all(WorkerState.STEPPING)
+        finally:
+            signals.leave()
+
     def hold(self, w: int, result: StepResult) -> None:
         """Worker ``w`` was respawned while idle: its next step returns ``result`` instead."""
         self._held[w] = result

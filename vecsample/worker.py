@@ -387,16 +387,20 @@ class _Worker:
     def _reset(self, payload: tuple[list[Any], Any, Any]) -> ResetReply:
         seeds, options, mask = payload
         infos: list[tuple[int, dict[str, Any]]] = []
-        v = self.views
-        for j, env in enumerate(self.envs):
-            if mask is not None and not mask[j]:
-                continue
-            self.current_env = j
-            obs, info = env.reset(seed=seeds[j], options=options)  # as gymnasium calls it
-            self.write_obs(j, obs)
-            v.terminated[j] = v.truncated[j] = v.has_final_obs[j] = v.restarted[j] = False
-            self.ended[j] = False
-            infos.append((j, info))
+        done: list[int] = []  # envs reset so far: their flags are cleared, even on an error
+        try:
+            for j, env in enumerate(self.envs):
+                if mask is not None and not mask[j]:
+                    continue
+                self.current_env = j
+                obs, info = env.reset(seed=seeds[j], options=options)  # as gymnasium calls it
+                self.write_obs(j, obs)
+                done.append(j)
+                infos.append((j, info))
+        finally:
+            v = self.views
+            for flags in (v.terminated, v.truncated, v.has_final_obs, v.restarted, self.ended):
+                flags[done] = False
         self.current_env = None
         return infos, (_lane(self.spec, self.count) if self.obs_lane else None)
 
