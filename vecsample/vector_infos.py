@@ -95,6 +95,9 @@ def build(step: InfoMap, reset: InfoMap, mode: AutoresetMode, has_final: np.ndar
     s, r = step.columnar(), reset.columnar()
     if s is None or r is None:
         return None
+    same_step = mode is AutoresetMode.SAME_STEP
+    if not (s[0] or s[1] or r[0] or r[1] or (same_step and has_final.any())):
+        return {}  # no info at all this step (CartPole's common case): nothing to build
     n = len(has_final)
     s_full, r_full = _full(s[0], n), _full(r[0], n)
     if mode is AutoresetMode.SAME_STEP:
