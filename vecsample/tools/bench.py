@@ -78,6 +78,8 @@ class Row:
     mode: str | None = None
     utilization: float | None = None
     efficiency: float | None = None
+    #: E of every autoreset mode for this group's block of envs (the row's is ``efficiency``).
+    efficiency_by_mode: dict[str, float] | None = None
     parent_us: dict[str, float] | None = None
 
 
@@ -203,6 +205,7 @@ def measure(cfg: Config, args: argparse.Namespace, tick: Any) -> list[Row]:
         if r.backend in MODES:
             r.mode = MODES[r.backend].value
             r.efficiency = effs.get(r.mode)
+            r.efficiency_by_mode = effs or None
     _add_ratios(rows)
     return rows
 
@@ -402,7 +405,11 @@ def parent_lines(group: list[Row]) -> list[str]:
                                                        "cpu"))])
     if not cells:
         return []
-    return ["", *compare.columns(PARENT_HEADER, cells, right=range(2, 9))]
+    by_mode = next((r.efficiency_by_mode for r in group if r.efficiency_by_mode), None)
+    modes = ("E by autoreset mode: " + ", ".join(f"{m} {e:.3f}" for m, e in by_mode.items())
+             if by_mode else "")
+    return ["", *compare.columns(PARENT_HEADER, cells, right=range(2, 9)),
+            *([modes] if modes else [])]
 
 
 def _fixed(x: float | None, decimals: int) -> str:
