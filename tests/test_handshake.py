@@ -120,3 +120,28 @@ def test_restart_resets_the_counters(make_sampler):
     state = s.handshake_state()
     # Every posted step finished: DONE caught up with SEQ on both workers.
     np.testing.assert_array_equal(state.finished, state.posted)
+
+
+class TextActionEnv(CountingEnv):
+    """Text actions: a pickled leaf, sent on the worker's pipe right after its step is posted."""
+
+    def __init__(self, env_index: int = 0) -> None:
+        super().__init__(env_index=env_index, length=10**9)
+        from gymnasium import spaces
+
+        self.action_space = spaces.Text(4)
+
+    def step(self, action: Any) -> Any:
+        return super().step(len(action))
+
+
+def test_pickled_actions_to_sleeping_workers_are_never_read_as_commands(make_sampler):
+    # spin_us=0: every worker goes to sleep after each step, so each post wakes a sleeper and
+    # its actions reach the pipe while it wakes. A worker that looked at the pipe after the
+    # post but before seeing SEQ used to take those actions for a command and die (fixed in
+    # handshake.WorkerSide._sleep_on_bell; this loop failed within 20,000 steps before).
+    s = make_sampler(fns(TextActionEnv, 4), num_workers=4, spin_us=0)
+    s.reset(seed=0)
+    for _ in range(20_000):
+        r = s.step(("a", "bb", "ccc", "dddd"))
+    np.testing.assert_array_equal(r.rewards, [1, 2, 3, 4])

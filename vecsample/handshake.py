@@ -217,6 +217,8 @@ class WorkerSide:
                 if self._posted():
                     return None
                 if self.conn.poll(0):
+                    if self._posted():  # posted since the look above: the pipe holds this
+                        return None  # step's pickled actions (a command never meets a step)
                     message = self.conn.recv_bytes()
                     if message != DOORBELL:
                         return message
