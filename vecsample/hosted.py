@@ -8,9 +8,10 @@ as before: the handshake, partial batches, restarts, seeding, infos (docs/benchm
 the bare loop"; docs/semantics.md).
 
 What a hosted env cannot honour is refused with a ``HostedEnvError``: an autoreset mode other
-than the env's own (at construction), pickled (variable-shape) spaces (at construction),
-``Disabled`` with an env that cannot reset part of its batch (at construction), ``reset_task``
-and ``set_attr`` (per env; refused before anything is sent).
+than the env's own, ``Disabled`` and pickled (variable-shape) spaces, at construction;
+``reset_task`` and ``set_attr`` (per env) before anything is sent; ``reset(mask=...)`` of part of
+a block, in the worker, unless the env can reset part of its batch (``SyncVectorEnv``, or
+``supports_reset_mask = True``).
 """
 
 from __future__ import annotations
@@ -122,6 +123,12 @@ class HostedSlot:
 
     def build(self, num_envs: int) -> gym.vector.VectorEnv:
         """The block's vector env, checked: its size and its autoreset mode."""
+        if self.mode is AutoresetMode.DISABLED:
+            raise HostedEnvError(
+                feature="autoreset_mode='Disabled'", reason="a vector env steps its whole batch, "
+                "so rows that ended cannot stay frozen while the others step (gymnasium's "
+                "vector envs refuse to step them)", fix="use 'NextStep' or 'SameStep', as the "
+                "env supports, or single envs (env_fns)")
         env = self.hosted.build(num_envs, self.mode)
         got = getattr(env, "num_envs", None)
         if got != num_envs:
@@ -156,11 +163,6 @@ def probe_spaces(slot: Any, obs: Space | None, act: Space | None) -> tuple[Space
     try:
         obs = env.single_observation_space if obs is None else obs
         act = env.single_action_space if act is None else act
-        if slot.mode is AutoresetMode.DISABLED and not _masks_resets(env):
-            raise HostedEnvError(
-                feature="autoreset_mode='Disabled'", reason=f"{_name(env)} cannot reset part "
-                "of its batch (options['reset_mask'])", fix="host a SyncVectorEnv, or an env "
-                "with supports_reset_mask = True, or use its own autoreset mode")
     finally:
         env.close()
     pickled = [leaf.name for space in (obs, act) for leaf in leaves(space) if not leaf.shared]
@@ -210,12 +212,11 @@ class Host:
         _check_spaces(self.env, spec.buffers.observation_space, spec.buffers.action_space)
         views = self.views.action_leaves
         self.actions = unflatten(spec.buffers.action_space, iter(views))  # batched, in shm
-        self.ended = np.zeros(self.count, dtype=bool)  # NEXT_STEP: reset next; DISABLED: frozen
+        self.ended = np.zeros(self.count, dtype=bool)  # NEXT_STEP: reset at the next step
         self.seed_list = _takes_seed_list(self.env)
         self.masks = _masks_resets(self.env)
-        loops = {AutoresetMode.NEXT_STEP: self._next_step, AutoresetMode.SAME_STEP:
-                 self._same_step, AutoresetMode.DISABLED: self._disabled}
-        self.after_step = loops[self.mode]
+        self.after_step = (self._same_step if self.mode is AutoresetMode.SAME_STEP
+                           else self._next_step)
         self.handlers: dict[Command, Callable[[Any], Any]] = {
             Command.RESET: self.reset, Command.CALL: self.call, Command.GET_ATTR: self.get_attr,
             Command.RESET_TASK: self.refuse(Command.RESET_TASK),
@@ -265,20 +266,6 @@ class Host:
                     records.append((j, finals[j], rest[j]))
                 elif rest[j]:
                     records.append((j, rest[j], None))
-
-    def _disabled(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
-                  records: list[InfoRecord]) -> None:
-        """DISABLED: rows that ended stay frozen (reward 0) until ``reset(mask=...)``; the
-        vector env still steps them, and what it returns for them is dropped."""
-        v, live = self.views, ~self.ended
-        _put_obs(v.obs_leaves, obs, v, where=live)
-        _put_scalars(v, scalars, where=live)
-        v.rewards[self.ended] = 0.0
-        if self.infos:
-            for j, info in enumerate(_split(infos, self.count)):
-                if live[j] and info:
-                    records.append((j, info, None))
-        np.logical_or(v.terminated, v.truncated, out=self.ended)
 
     def reset(self, payload: tuple[list[Any], Any, Any]) -> ResetReply:
         """Resets the block (the rows of ``mask``) with the block's seeds."""
@@ -333,8 +320,7 @@ class Host:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _put_obs(views: list[np.ndarray], obs: Any, all_views: Any,
-             where: np.ndarray | None = None) -> None:
+def _put_obs(views: list[np.ndarray], obs: Any, all_views: Any) -> None:
     """One copy per observation leaf; the batch must have each leaf's exact shape."""
     parts = [obs] if len(views) == 1 and not isinstance(obs, (dict, tuple)) else _leaves_of(
         all_views.obs, obs)
@@ -344,8 +330,7 @@ def _put_obs(views: list[np.ndarray], obs: Any, all_views: Any,
             raise EnvOutputError(
                 f"the hosted vector env returned observations of shape {arr.shape}, expected "
                 f"{view.shape} (the block's envs times the leaf's shape); nothing is broadcast.")
-        mask = None if where is None else where.reshape((-1,) + (1,) * (view.ndim - 1))
-        np.copyto(view, arr, casting="unsafe", where=True if mask is None else mask)
+        np.copyto(view, arr, casting="unsafe")
 
 
 def _leaves_of(template: Any, value: Any) -> list[Any]:
@@ -357,7 +342,7 @@ def _leaves_of(template: Any, value: Any) -> list[Any]:
     return [value]
 
 
-def _put_scalars(v: Any, scalars: tuple[Any, Any, Any], where: np.ndarray | None = None) -> None:
+def _put_scalars(v: Any, scalars: tuple[Any, Any, Any]) -> None:
     """Rewards, terminated and truncated: one copy each, of shape (block size,)."""
     for view, value, name in zip((v.rewards, v.terminated, v.truncated), scalars,
                                  ("rewards", "terminated", "truncated"), strict=True):
@@ -366,7 +351,7 @@ def _put_scalars(v: Any, scalars: tuple[Any, Any, Any], where: np.ndarray | None
             raise EnvOutputError(
                 f"the hosted vector env returned {name} of shape {arr.shape}, expected "
                 f"{view.shape}; return one value per env of the batch.")
-        np.copyto(view, arr, casting="unsafe", where=True if where is None else where)
+        np.copyto(view, arr, casting="unsafe")
 
 
 def _split(infos: dict[str, Any], count: int) -> list[dict[str, Any]]:
