@@ -112,14 +112,13 @@ class SamplerConfig:
         uneven_split: bool = False,
         startup_deadline: float | None = STARTUP_DEADLINE,
     ) -> SamplerConfig:
-        mode = check_mode(autoreset_mode)
-        fns = env_factories(env_fns, num_envs, env_kwargs, mode)
+        fns = env_factories(env_fns, num_envs, env_kwargs, check_mode(autoreset_mode))
         workers = check_workers(num_workers, len(fns), uneven_split)
         return cls(
             env_fns=tuple(fns),
             num_workers=workers,
             seed=None if seed is None else check_seed(seed),
-            autoreset_mode=mode,
+            autoreset_mode=check_mode(autoreset_mode),
             infos=bool(infos),
             context=resolve_context(context),
             deadline=check_seconds(deadline, "deadline"),
@@ -164,7 +163,11 @@ def env_factories(
     """One factory per env: ``env_fns`` as given, ``num_envs`` makers of an env id, or the
     ``num_envs`` rows of a hosted vector env autoresetting in ``mode``."""
     if isinstance(env_fns, HostedVector):
-        count = check_int(num_envs, "num_envs", fix="with a HostedVector pass num_envs=<int>")
+        if None not in (num_envs, env_fns.num_envs) and num_envs != env_fns.num_envs:
+            raise ConfigError(f"num_envs={num_envs} but HostedVector(num_envs="
+                              f"{env_fns.num_envs}); give it once.")
+        count = check_int(env_fns.num_envs if num_envs is None else num_envs, "num_envs",
+                          fix="with a HostedVector pass num_envs=<int>")
         if env_kwargs:
             raise ConfigError("env_kwargs is only used with an env id; pass a HostedVector's "
                               "keyword arguments as HostedVector(..., kwargs={...}).")

@@ -59,6 +59,7 @@ class HostedVector:
         vectorization: with an env id, ``gymnasium.make_vec``'s ``vectorization_mode``:
             ``"vector_entry_point"`` (the env's own batched implementation) or ``"sync"``.
         kwargs: with an env id, keyword arguments for ``gymnasium.make_vec``.
+        num_envs: the envs of all workers together, if the sampler is not given ``num_envs``.
 
     Example:
         >>> import numpy as np
@@ -73,6 +74,7 @@ class HostedVector:
     make: str | VectorEnvFn
     vectorization: str = "vector_entry_point"
     kwargs: dict[str, Any] = field(default_factory=dict)
+    num_envs: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.make, str):

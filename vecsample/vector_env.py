@@ -109,8 +109,7 @@ class VectorEnv(gym.vector.VectorEnv):
         **sampler_kwargs: Any,
     ) -> None:
         _check_options(worker, observation_mode, daemon)
-        fns = env_factories(env_fns, sampler_kwargs.pop("num_envs", None), None,
-                            check_mode(autoreset_mode))  # num_envs: with a HostedVector
+        fns = _factories(env_fns, autoreset_mode, sampler_kwargs)
         obs_space, act_space, probed = _probe(fns, sampler_kwargs)
         if shared_memory:
             _check_shared_memory(obs_space)
@@ -326,6 +325,12 @@ class VectorEnv(gym.vector.VectorEnv):
 
 
 # --- constructor helpers -------------------------------------------------------------------------
+
+
+def _factories(env_fns: Sequence[EnvFn] | HostedVector, mode: Any,
+               kwargs: dict[str, Any]) -> list[EnvFn]:
+    """One factory per env; a HostedVector takes ``num_envs`` (popped from ``kwargs``)."""
+    return env_factories(env_fns, kwargs.pop("num_envs", None), None, check_mode(mode))
 
 
 def _check_options(worker: Any, observation_mode: Any, daemon: Any) -> None:
@@ -588,10 +593,8 @@ def make_vec(
 ) -> VectorEnv:
     """``gymnasium.make_vec`` for vecsample: ``num_envs`` copies of ``env_id`` in workers.
 
-    Each env is the picklable ``EnvMaker(env_id, env_kwargs)``; with ``vectorization``, each
-    worker hosts one ``gymnasium.make_vec(env_id, vectorization_mode=vectorization)`` for its
-    block instead (``HostedVector``). There is no ``vector_kwargs`` or ``wrappers``: wrap envs
-    in a factory of your own.
+    Each env is the picklable ``EnvMaker(env_id, env_kwargs)``. There is no ``vector_kwargs`` or
+    ``wrappers``: wrap envs in a factory of your own.
 
     Args:
         env_id: A registered gymnasium id (``vecsample.envs`` ids register on first use).
@@ -600,9 +603,7 @@ def make_vec(
         autoreset_mode: As for :class:`VectorEnv` (``NEXT_STEP`` by default).
         copy: As for :class:`VectorEnv` (``False``: views of shared memory).
         env_kwargs: Keyword arguments for every ``gymnasium.make`` call (not ``**kwargs``).
-        vectorization: ``None`` (single envs), ``"vector_entry_point"`` (the env's batched
-            implementation, one per worker; ``autoreset_mode`` must be the env's own) or
-            ``"sync"`` (a ``SyncVectorEnv`` per worker). docs/benchmarks.md, "Past the bare loop".
+        vectorization: ``"vector_entry_point"`` or ``"sync"``: one vector env per worker.
         **sampler_kwargs: Passed on to :class:`VectorEnv` (``shared_memory``, ``deadline``, ...).
 
     Raises:
@@ -617,12 +618,16 @@ def make_vec(
         array([1., 1.])
         >>> envs.close()
     """
+    fns = _make_vec_fns(env_id, num_envs, dict(env_kwargs or {}), vectorization)
+    return VectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, copy=copy, **sampler_kwargs)
+
+
+def _make_vec_fns(env_id: str, num_envs: object, kwargs: dict[str, Any],
+                  vectorization: str | None) -> list[EnvFn] | HostedVector:
+    """make_vec's envs: ``num_envs`` makers of ``env_id`` or, with ``vectorization``, one
+    vector env per worker (``HostedVector``, docs/benchmarks.md "Past the bare loop")."""
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise errors.ConfigError(f"num_envs must be an int >= 1, got {num_envs!r}.")
-    kwargs = dict(env_kwargs or {})
     if vectorization is not None:
-        return VectorEnv(HostedVector(env_id, vectorization, kwargs), num_workers,
-                         autoreset_mode=autoreset_mode, copy=copy, num_envs=num_envs,
-                         **sampler_kwargs)
-    fns = [EnvMaker(env_id, kwargs)] * num_envs
-    return VectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, copy=copy, **sampler_kwargs)
+        return HostedVector(env_id, vectorization, kwargs, num_envs=num_envs)
+    return [EnvMaker(env_id, kwargs)] * num_envs

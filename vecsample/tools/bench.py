@@ -28,10 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from vecsample.errors import ConfigError
+from vecsample.hosted import VECTORIZATIONS
 from vecsample.sampler import usable_cores
 from vecsample.tools import compare
 from vecsample.tools.bench_backends import (
     BACKENDS,
+    DEFAULT_BACKENDS,
+    HOSTED_BACKENDS,
     Backend,
     Config,
     Unavailable,
@@ -41,6 +44,8 @@ from vecsample.tools.bench_backends import (
 
 #: Env counts per env id when --num-envs is not given (the targets of issue 4).
 DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64]}
+#: With --vectorization: the counts of issue 18 (a batch pays more the larger it is).
+HOSTED_COUNTS = {"CartPole-v1": [64, 512, 4096], "HalfCheetah-v5": [64]}
 VERSIONED = ("vecsample", "numpy", "gymnasium", "mujoco", "torch", "stable_baselines3",
              "envpool")
 
@@ -74,9 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vecsample workers (default: the cores)")
     parser.add_argument("--cores", type=int, default=None,
                         help="bare loops at once for the machine limit (default: usable cores)")
-    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS),
+    parser.add_argument("--backends", nargs="+", default=None, choices=list(BACKENDS),
                         metavar="NAME", help="the rows to measure, in this order: "
-                        + ", ".join(BACKENDS) + " (default: all)")
+                        + ", ".join(BACKENDS) + " (default: " + ", ".join(DEFAULT_BACKENDS)
+                        + "; with --vectorization: " + ", ".join(HOSTED_BACKENDS) + ")")
+    parser.add_argument("--vectorization", choices=VECTORIZATIONS, default=None,
+                        help="measure hosted vector envs (one batch-native vector env per "
+                        "worker) against the same vector env in one process, EnvPool and the "
+                        "bare loop, at 64, 512 and 4096 CartPole envs by default")
     parser.add_argument("--policy", choices=["none", "mlp"], default="none",
                         help="none: pre-sampled actions; mlp: a 64×64 torch MLP in the parent")
     parser.add_argument("--timeout", type=float, default=0.0005,
@@ -94,16 +104,19 @@ def configs(args: argparse.Namespace) -> list[Config]:
     """One Config per (env id, env count), checked."""
     cores = args.cores or usable_cores()
     workers = args.workers or cores
+    hosted = getattr(args, "vectorization", None)
+    counts = HOSTED_COUNTS if hosted else DEFAULT_COUNTS
     out = []
     for env_id in args.envs:
-        for n in args.num_envs or DEFAULT_COUNTS.get(env_id, [64]):
+        for n in args.num_envs or counts.get(env_id, [64]):
             for name, parts in (("workers", workers), ("cores", cores)):
                 if parts < 1 or n % parts:
                     raise ConfigError(
                         f"--num-envs {n} must split evenly over --{name} {parts}; choose a "
                         f"multiple of {parts}."
                     )
-            out.append(Config(env_id, n, workers, cores, args.timeout, args.policy))
+            out.append(Config(env_id, n, workers, cores, args.timeout, args.policy,
+                              hosted or "vector_entry_point"))
     if args.repeats < 1 or args.seconds <= 0:
         raise ConfigError(f"--repeats must be >= 1 and --seconds > 0, got {args.repeats}, "
                           f"{args.seconds}.")
@@ -118,7 +131,7 @@ def layout(name: str, cfg: Config) -> str:
         return f"{cfg.cores} × {cfg.envs_per_core}"
     if name in ("async", "sb3"):
         return f"{cfg.num_envs} × 1"
-    if name == "sync":
+    if name in ("sync", "vector_one"):
         return f"1 × {cfg.num_envs}"
     if name == "envpool":
         return f"{cfg.cores} threads"
@@ -253,7 +266,8 @@ def _commit() -> str | None:
 
 
 #: Row names where BACKENDS' label is too long for the table (the JSON keeps the label).
-SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSampler partial"}
+SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSampler partial",
+         "vector_one": "vector env, 1 process", "hosted": "VecSampler hosted vector envs"}
 HEADER = ("backend", "layout", "steps/s", "× bare", "× machine", "CPU µs", "CPU eff")
 
 
@@ -320,6 +334,8 @@ def conclusion(rows: list[Row], timeout: float | None) -> str:
     by = {r.backend: r for r in rows if r.steps_per_s}
     full, part = by.get("vecsample"), by.get("vecsample_partial")
     head = f"{rows[0].env}, {rows[0].num_envs} envs: "
+    if "hosted" in by:
+        return head + _hosted_conclusion(by)
     if full and part and full.steps_per_s and part.steps_per_s:
         which = f"partial ({compare.milliseconds(timeout or 0.0)})"
         x = part.steps_per_s / full.steps_per_s
@@ -334,6 +350,16 @@ def conclusion(rows: list[Row], timeout: float | None) -> str:
     if winner.vs_machine is not None:
         text += f", at {winner.vs_machine:.3f}× the machine limit"
     return head + text
+
+
+def _hosted_conclusion(by: dict[str, Row]) -> str:
+    """``hosted 1.62× the vector env in one process, 11.3× EnvPool``: issue 18's ratios."""
+    hosted = by["hosted"].steps_per_s or 0.0
+    parts = [f"hosted {hosted / (by[name].steps_per_s or 1.0):.2f}× {what}"
+             for name, what in (("vector_one", "the vector env in one process"),
+                                ("envpool", "EnvPool"), ("bare", "the bare loop"))
+             if name in by]
+    return ", ".join(parts)
 
 
 def render(rows: list[Row], lat: dict[str, Any] | None, timeout: float | None) -> str:
@@ -376,6 +402,8 @@ def plot(rows: list[Row], path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.backends is None:
+        args.backends = list(HOSTED_BACKENDS if args.vectorization else DEFAULT_BACKENDS)
     groups = configs(args)
     total = len(groups) * args.repeats * len(args.backends) + (args.latency_steps > 0)
     from tqdm import tqdm

@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample.config import EnvMaker
+from vecsample.hosted import HostedVector
 from vecsample.sampler import VecSampler
 from vecsample.tools.compare import sampling_loop
 from vecsample.tools.policies import ACTION_TABLE, ActionTable, Policy, mlp_policy
@@ -48,6 +49,8 @@ class Config:
     cores: int
     timeout: float
     policy: str  # "none" or "mlp"
+    #: gymnasium.make_vec's mode for the hosted rows ("vector_entry_point" or "sync").
+    vectorization: str = "vector_entry_point"
 
     @property
     def envs_per_worker(self) -> int:
@@ -172,9 +175,10 @@ class BareLoops:
 class Sampler:
     """VecSampler in the loop of ``vecsample compare``: full (timeout None) or partial batches."""
 
-    def __init__(self, cfg: Config, timeout: float | None) -> None:
-        self.sampler = VecSampler(cfg.env_id, num_envs=cfg.num_envs, num_workers=cfg.workers,
-                                  infos=False)
+    def __init__(self, cfg: Config, timeout: float | None,
+                 sampler: VecSampler | None = None) -> None:
+        self.sampler = sampler or VecSampler(cfg.env_id, num_envs=cfg.num_envs,
+                                             num_workers=cfg.workers, infos=False)
         self.timeout = timeout
         s = self.sampler
         self.policy = make_policy(cfg.policy, s.single_observation_space, s.single_action_space,
@@ -319,6 +323,30 @@ def _envpool(cfg: Config) -> Backend:
     return GymnasiumStyle(env, cfg, seeded=True)
 
 
+def _batched(cfg: Config) -> None:
+    """Raises Unavailable for an env that has no batched form to host."""
+    spec = gym.spec(cfg.env_id)
+    if cfg.vectorization == "vector_entry_point" and spec.vector_entry_point is None:
+        raise Unavailable(f"{cfg.env_id} has no vector entry point in gymnasium "
+                          f"{gym.__version__} (no batched MuJoCo env is available here); "
+                          f"--vectorization sync hosts a SyncVectorEnv per worker instead")
+
+
+def _hosted(cfg: Config) -> Backend:
+    """VecSampler with one vector env per worker (NextStep: CartPole's entry point's mode)."""
+    _batched(cfg)
+    sampler = VecSampler(HostedVector(cfg.env_id, cfg.vectorization), num_envs=cfg.num_envs,
+                         num_workers=cfg.workers, infos=False, autoreset_mode="NextStep")
+    return Sampler(cfg, None, sampler)
+
+
+def _vector_one(cfg: Config) -> Backend:
+    """The same vector env as the hosted rows' in this process, all envs in one batch."""
+    _batched(cfg)
+    env = gym.make_vec(cfg.env_id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization)
+    return GymnasiumStyle(env, cfg)
+
+
 #: name -> (label, builder). The order is the table's.
 BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "bare": ("bare loop, 1 process", lambda c: BareLoops(c.env_id, 1, c.envs_per_core)),
@@ -334,7 +362,13 @@ BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "async": ("gymnasium AsyncVectorEnv (shared memory)", _async),
     "sb3": ("SB3 SubprocVecEnv", _sb3),
     "envpool": ("EnvPool (C++ envs)", _envpool),
+    "vector_one": ("gymnasium make_vec (the hosted rows' vector env), 1 process", _vector_one),
+    "hosted": ("vecsample VecSampler, one hosted vector env per worker", _hosted),
 }
+#: The rows without --vectorization, and with it ("Past the bare loop", docs/benchmarks.md).
+DEFAULT_BACKENDS = ("bare", "machine", "vecsample", "vecsample_partial", "vector_env", "sync",
+                    "async", "sb3", "envpool")
+HOSTED_BACKENDS = ("bare", "machine", "vector_one", "hosted", "envpool")
 
 
 # --- latency ---------------------------------------------------------------------------------
