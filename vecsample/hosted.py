@@ -236,11 +236,9 @@ class Host:
         _put_obs(v.obs_leaves, obs, self.views)
         _put_scalars(v, scalars)
         if self.infos:
-            for j, info in enumerate(_split(infos, self.count)):
-                if self.ended[j]:
-                    records.append((j, {}, info))
-                elif info:
-                    records.append((j, info, None))
+            split = _split(infos, self.count)
+            records += [(j, {}, split.pop(j, {})) for j in np.flatnonzero(self.ended).tolist()]
+            records += [(j, info, None) for j, info in sorted(split.items()) if info]
         np.logical_or(v.terminated, v.truncated, out=self.ended)
 
     def _same_step(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
@@ -263,11 +261,8 @@ class Host:
         if self.infos:
             finals = _split(infos.get("final_info", {}), self.count)
             rest = _split({k: x for k, x in infos.items() if k not in _FINAL_KEYS}, self.count)
-            for j in range(self.count):
-                if v.has_final_obs[j]:
-                    records.append((j, finals[j], rest[j]))
-                elif rest[j]:
-                    records.append((j, rest[j], None))
+            records += [(j, finals.get(j, {}), rest.pop(j, {})) for j in ended.tolist()]
+            records += [(j, info, None) for j, info in sorted(rest.items()) if info]
 
     def reset(self, payload: tuple[list[Any], Any, Any]) -> ResetReply:
         """Resets the block (the rows of ``mask``) with the block's seeds."""
@@ -288,7 +283,7 @@ class Host:
         for flags in (v.terminated, v.truncated, v.has_final_obs, v.restarted, self.ended):
             flags[rows] = False
         split = _split(infos, self.count)
-        return [(j, split[j]) for j in np.flatnonzero(rows).tolist()], None
+        return [(j, split.get(j, {})) for j in np.flatnonzero(rows).tolist()], None
 
     def _seed(self, seeds: Sequence[int | None]) -> int | list[int | None] | None:
         """The block's per-env seeds as a list, for an env whose reset takes one; else the
@@ -356,9 +351,10 @@ def _put_scalars(v: Any, scalars: tuple[Any, Any, Any]) -> None:
         np.copyto(view, arr, casting="unsafe")
 
 
-def _split(infos: dict[str, Any], count: int) -> list[dict[str, Any]]:
-    """gymnasium's vector infos (``key`` with its mask ``_key``) as one info dict per env."""
-    out: list[dict[str, Any]] = [{} for _ in range(count)]
+def _split(infos: dict[str, Any], count: int) -> dict[int, dict[str, Any]]:
+    """gymnasium's vector infos (``key`` with its mask ``_key``) as one info dict per env,
+    sparse: only the envs that have one (a step of empty infos costs nothing per env)."""
+    out: dict[int, dict[str, Any]] = {}
     for key, value in infos.items():
         if key.startswith("_") and key[1:] in infos:
             continue  # a mask
@@ -367,12 +363,12 @@ def _split(infos: dict[str, Any], count: int) -> list[dict[str, Any]]:
         if isinstance(value, dict):
             parts = _split(value, count)
             for j in rows:
-                if parts[j] or mask is not None:
-                    out[j][key] = parts[j]
+                if j in parts or mask is not None:
+                    out.setdefault(j, {})[key] = parts.get(j, {})
             continue
         per_env = isinstance(value, np.ndarray) and value.shape[:1] == (count,)
         for j in rows:
-            out[j][key] = value[j] if per_env else value
+            out.setdefault(j, {})[key] = value[j] if per_env else value
     return out
 
 
