@@ -266,3 +266,19 @@ def test_make_vec_hosts_the_entry_point_under_forkserver_with_a_lambda(make_vect
         assert made.reset(seed=0)[0].shape == (8, 4)
     finally:
         made.close()
+
+
+def test_make_vec_hosting_sync_vector_envs_returns_what_one_sync_vector_env_returns(
+        make_vector_env):
+    ours = make_vector_env(HostedVector("CartPole-v1", "sync", num_envs=N), W)
+    theirs = gym.make_vec("CartPole-v1", num_envs=N, vectorization_mode="sync")
+    try:
+        np.testing.assert_array_equal(ours.reset(seed=5)[0], theirs.reset(seed=5)[0])
+        for action in actions_for(ours.action_space, 120):
+            a, b = ours.step(action), theirs.step(action)
+            for x, y, name in zip(a[:4], b[:4], ("obs", "rewards", "terminated", "truncated"),
+                                  strict=True):
+                np.testing.assert_array_equal(x, y, err_msg=name)
+            assert a[4].keys() == b[4].keys()
+    finally:
+        theirs.close()
