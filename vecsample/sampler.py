@@ -54,7 +54,7 @@ class VecSampler:
     Args:
         env_fns: one factory per env (each called in a worker), a registered env id (then
             ``num_envs`` is required), or a ``HostedVector``: one batch-native vector env per
-            worker for its whole block (``num_envs`` required; docs/benchmarks.md).
+            worker for its whole block (``num_envs`` here or in it; docs/semantics.md).
         num_envs: with an env id, how many envs; with factories, optional, must match.
         env_kwargs: keyword arguments for ``gym.make`` with an env id.
         num_workers: worker processes; must divide the number of envs, unless
