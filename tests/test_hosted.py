@@ -132,7 +132,7 @@ def _trajectory(sampler: VecSampler, steps: int) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
 def test_a_hosted_sync_vector_env_steps_exactly_like_the_bare_loop(make_sampler, mode):
     bare = make_sampler([functools.partial(CountingEnv, length=7, info=True)] * N,
-                        num_workers=W, autoreset_mode=mode)
+                        num_workers=2 * W, autoreset_mode=mode)  # another split: same data
     hosted = make_sampler(HostedVector(functools.partial(counting_sync, mode=mode)),
                           num_envs=N, num_workers=W, autoreset_mode=mode)
     expected, got = _trajectory(bare, 20), _trajectory(hosted, 20)
