@@ -368,9 +368,9 @@ def render(rows: list[Row], lat: dict[str, Any] | None, timeout: float | None) -
     out = [table(rows, timeout)]
     if lat is not None:
         out += ["", f"Round trip step_send + step_recv, 1 worker × 1 env ({lat['env']}): "
-                f"median {lat['median_us']:.1f} µs",
-                f"  p10 {lat['p10_us']:.1f} µs, p90 {lat['p90_us']:.1f} µs; the env step in the "
-                f"worker: {lat['env_step_us']:.1f} µs"]
+                f"median {lat['median_us']:,.1f} µs",
+                f"  p10 {lat['p10_us']:,.1f} µs, p90 {lat['p90_us']:,.1f} µs; the env step in the "
+                f"worker: {lat['env_step_us']:,.1f} µs"]
     return "\n".join([*out, "", *(conclusion(g, timeout) for g in _groups(rows).values())])
 
 
