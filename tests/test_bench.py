@@ -49,7 +49,9 @@ def test_tiny_run_writes_json_of_the_right_shape(tmp_path, capsys, without_optio
     assert set(data) == {"meta", "results", "latency"}
     assert {"cpu", "cores", "versions", "commit", "command"} <= set(data["meta"])
     rows = {r["backend"]: r for r in data["results"]}
-    assert list(rows) == list(bench_backends.DEFAULT_BACKENDS)
+    assert list(rows) == bench.DEFAULT_BACKENDS == [
+        n for n in bench_backends.BACKENDS
+        if n not in ("vecsample_partial_record", "vector_one", "hosted")]
     for name in ("bare", "machine", "vecsample", "vecsample_partial", "vector_env", "sync",
                  "async"):
         row = rows[name]
@@ -166,6 +168,21 @@ def test_every_option_has_help():
     bench.add_arguments(parser)
     for action in parser._actions:
         assert action.help, f"{action.option_strings} has no help text"
+
+
+def test_record_adds_the_recording_row_after_the_partial_one_and_its_cost(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = [*TINY, "--backends", "vecsample", "vecsample_partial", "--record",
+            "--latency-steps", "0", "--json", str(out)]
+    assert bench.run(parse(argv)) == 0
+    rows = {r["backend"]: r for r in json.loads(out.read_text())["results"]}
+    assert list(rows) == ["vecsample", "vecsample_partial", "vecsample_partial_record"]
+    assert len(rows["vecsample_partial_record"]["repeats"]) == 2
+    ratios = [b / a for a, b in zip(rows["vecsample_partial"]["repeats"],
+                                    rows["vecsample_partial_record"]["repeats"], strict=True)]
+    printed = capsys.readouterr().out
+    assert "VecSampler partial batches (timeout 0.5 ms) + record" in printed
+    assert f"recording {sorted(ratios)[0] / 2 + sorted(ratios)[1] / 2:.3f}× partial" in printed
 
 
 def test_vectorization_measures_hosted_vector_envs_beside_one_process(tmp_path, capsys,

@@ -382,6 +382,51 @@ class RestartLimitError(WorkerError):
         )
 
 
+# --- recording and replaying a run (vecsample/replay.py) -------------------------------------
+
+
+class ReplayError(VecSampleError):
+    """Base class of the errors of ``VecSampler(record=...)`` and ``VecSampler(replay=...)``."""
+
+
+class ReplayLogError(ReplayError, ValueError):
+    """A replay log that cannot be read: missing, not a log, a newer format, or corrupt."""
+
+    def __init__(self, *, path: str, problem: str, fix: str) -> None:
+        super().__init__(f"replay log {path}: {problem}; {fix}.")
+        self.path = path
+        self.problem = problem
+
+
+class ReplayDivergedError(ReplayError, RuntimeError):
+    """The program being replayed did something else than the recorded run at call ``call``
+    (0 is the sampler's construction, then one per recorded call: step_send, step_recv, ...)."""
+
+    def __init__(self, *, path: str, call: int, expected: str, got: str, fix: str = "") -> None:
+        fix = fix or (
+            "replay needs the program that was recorded: the same env factories, seed and "
+            "sampler arguments, the same sequence of step_send/step_recv/reset calls, and a "
+            "policy that gives the same actions for the same observations; fix the program, "
+            "or record it again"
+        )
+        super().__init__(f"replay of {path} diverged at call #{call}: the recorded run made "
+                         f"{expected}, this program made {got}; {fix}.")
+        self.path = path
+        self.call = call
+        self.expected = expected
+        self.got = got
+
+
+class ReplayUnsupportedError(ReplayError, RuntimeError):
+    """The recorded run did something at call ``call`` that replay cannot make happen again."""
+
+    def __init__(self, *, path: str, call: int, what: str, fix: str) -> None:
+        super().__init__(f"replay of {path} cannot reproduce call #{call}: {what}; {fix}.")
+        self.path = path
+        self.call = call
+        self.what = what
+
+
 # --- gymnasium compatibility -------------------------------------------------------------------
 
 _MIRRORS: dict[tuple[type[WorkerError], type[Exception]], type[WorkerError]] = {}

@@ -21,13 +21,16 @@ the memory. See docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import math
 import os
 import platform
 import select
+import sys
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -40,7 +43,11 @@ SEQ = 0  # parent -> worker: number of the last step posted
 DONE = 8  # worker -> parent: number of the last step finished
 REPLY = 9  # worker -> parent: REPLY_PLAIN, or REPLY_MESSAGE when a pickle follows on the pipe
 SLEEPING = 10  # worker -> parent: 1 while the worker blocks on its pipe
+INFO_STEP = 11  # worker -> parent: bitmask of the step-info columns this step wrote (infos.py)
+INFO_RESET = 12  # worker -> parent: the same for the infos of resets done by autoreset
 PARENT_SLEEPING = 0  # in the extra last row: 1 while the parent blocks on the doorbell pipe
+SCHEMA = 8  # in the extra last row, its own cache line: info columns published (infos.py)
+BELL = 12  # in the extra last row: the futex word that sleeping workers wait on (Bell)
 
 REPLY_PLAIN = 0
 REPLY_MESSAGE = 1
@@ -57,6 +64,16 @@ MAX_SLEEP = 0.05
 #: True where stores are seen in program order (x86 TSO); see the module docstring.
 ORDERED = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}
 
+#: Linux's futex system call number on this machine, where known.
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98}.get(platform.machine().lower())
+#: Whether sleeping workers wait on one futex (``Bell``): one system call then wakes them all,
+#: where a pipe per worker took one write each. Elsewhere each sleeper has its pipe rung.
+FUTEX = ORDERED and sys.platform.startswith("linux") and _SYS_FUTEX is not None
+# Shared (not private) operations, the word being in shared memory; the bitset variants let one
+# wake reach just the workers it names (each waits with the bit of its index modulo 32).
+_FUTEX_WAIT_BITSET, _FUTEX_WAKE_BITSET = 9, 10
+_BELL_MASK = 0x7FFFFFFF  # the futex compares 32 bits: the counter stays below 2**31
+
 _fence_lock = threading.Lock()
 
 
@@ -65,6 +82,47 @@ def fence() -> None:
     x86) drains the store buffer, which is what Dekker's argument needs. About 0.1 µs."""
     _fence_lock.acquire()
     _fence_lock.release()
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class Bell:
+    """One futex word in the control array, for every worker: a worker with nothing to do
+    waits on it with its own bit, and one ``ring(workers)`` system call wakes exactly the named
+    workers (and those sharing their bit: worker w has bit w % 32), however many they are."""
+
+    def __init__(self, control: np.ndarray) -> None:
+        self.words = control.reshape(-1).data
+        self.index = (control.shape[0] - 1) * CONTROL_WORDS + BELL
+        # The low half of the int64 word (little-endian): the 32 bits the futex compares.
+        self.address = ctypes.c_void_p(control.ctypes.data + self.index * 8)
+        self._syscall = ctypes.CDLL(None, use_errno=True).syscall
+
+    def value(self) -> int:
+        """The ring count; read it before checking for work, then ``wait(value, ...)``."""
+        count: int = self.words[self.index]
+        return count
+
+    def wait(self, seen: int, worker: int, timeout: float) -> None:
+        """Sleeps until a ring for ``worker`` after ``seen`` (at once if any ring came since)
+        or ``timeout`` seconds."""
+        end = time.monotonic() + timeout  # FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC
+        spec = _Timespec(int(end), int((end % 1.0) * 1e9))
+        done = self._syscall(_SYS_FUTEX, self.address, _FUTEX_WAIT_BITSET, ctypes.c_int(seen),
+                             ctypes.byref(spec), None, ctypes.c_uint32(1 << (worker % 32)))
+        if done == -1 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+            time.sleep(0.001)  # no futex here (a sandbox): poll every millisecond instead
+
+    def ring(self, workers: Iterable[int]) -> None:
+        """Wakes those of ``workers`` that wait: one system call, whatever their number."""
+        bits = 0
+        for w in workers:
+            bits |= 1 << (w % 32)
+        self.words[self.index] = (self.words[self.index] + 1) & _BELL_MASK
+        self._syscall(_SYS_FUTEX, self.address, _FUTEX_WAKE_BITSET, ctypes.c_int(_BELL_MASK),
+                      None, None, ctypes.c_uint32(bits))
 
 
 def control_rows(num_workers: int) -> int:
@@ -79,6 +137,7 @@ class WorkerSide:
                  spin_s: float, ordered: bool) -> None:
         # memoryview items read as Python ints at a third of a numpy scalar's cost.
         self.words = control.reshape(-1).data
+        self.index = index
         self.base = index * CONTROL_WORDS
         self.parent_sleeping = (control.shape[0] - 1) * CONTROL_WORDS + PARENT_SLEEPING
         self.conn = conn
@@ -87,6 +146,18 @@ class WorkerSide:
         self.spin_s = spin_s if ordered else 0.0
         self.ordered = ordered
         self.seen = self.words[self.base + SEQ]  # a restarted worker starts where it finds SEQ
+        self.schema = (control.shape[0] - 1) * CONTROL_WORDS + SCHEMA
+        self.bell = Bell(control) if FUTEX and ordered else None
+
+    def published(self) -> int:
+        """How many info columns the parent has published (read before each step)."""
+        count: int = self.words[self.schema]
+        return count
+
+    def info_bits(self, step: int, reset: int) -> None:
+        """Which info columns this step wrote; before ``finish``, which publishes them."""
+        self.words[self.base + INFO_STEP] = step
+        self.words[self.base + INFO_RESET] = reset
 
     def next_message(self) -> bytes | None:
         """None when a step was posted, else the next command message (EOFError: parent gone)."""
@@ -117,6 +188,8 @@ class WorkerSide:
             os.sched_yield()
 
     def _sleep(self) -> bytes | None:
+        if self.bell is not None:
+            return self._sleep_on_bell(self.bell)
         self.words[self.base + SLEEPING] = 1
         fence()
         try:
@@ -130,6 +203,25 @@ class WorkerSide:
                     return message
                 if not self.ordered and self._posted():  # the ring's read ordered the memory
                     return None
+        finally:
+            self.words[self.base + SLEEPING] = 0
+
+    def _sleep_on_bell(self, bell: Bell) -> bytes | None:
+        """Waits on the futex until a step is posted or a command came (the parent rings after
+        either): the ring count is read before looking, so a ring in between is not missed."""
+        self.words[self.base + SLEEPING] = 1
+        try:
+            while True:
+                seen = bell.value()
+                fence()
+                if self._posted():
+                    return None
+                if self.conn.poll(0):
+                    message = self.conn.recv_bytes()
+                    if message != DOORBELL:
+                        return message
+                    continue
+                bell.wait(seen, self.index, MAX_SLEEP)
         finally:
             self.words[self.base + SLEEPING] = 0
 
@@ -164,6 +256,8 @@ class ParentSide:
     def __init__(self, control: np.ndarray, num_workers: int, ring_reader: Connection,
                  spin_s: float, ordered: bool) -> None:
         self.words = control.reshape(-1).data
+        self.sleeping = control[:num_workers, SLEEPING]  # a view: every worker's SLEEPING word
+        self.seq_words = control[:num_workers, SEQ]  # a view: every worker's SEQ word
         self.parent_sleeping = num_workers * CONTROL_WORDS + PARENT_SLEEPING
         self.ring_fd = ring_reader.fileno()
         os.set_blocking(self.ring_fd, False)
@@ -187,6 +281,19 @@ class ParentSide:
         self.expect[w] = seq
         self.words[w * CONTROL_WORDS + SEQ] = seq
 
+    def any_sleeping(self, workers: Sequence[int]) -> bool:
+        """After ``fence()``: whether any of ``workers`` sleeps (one numpy read for many)."""
+        if len(workers) == 1:
+            return bool(self.words[workers[0] * CONTROL_WORDS + SLEEPING])
+        return bool(self.sleeping[list(workers) if not isinstance(workers, range) else
+                                  slice(workers.start, workers.stop)].any())
+
+    def post_all(self) -> None:
+        """Starts the next step on every worker: one vectorised write of the SEQ words."""
+        self.seq_words += 1
+        self.seq = self.seq_words.tolist()
+        self.expect = list(self.seq)
+
     def wants_ring(self, w: int) -> bool:
         """After ``fence()``: whether worker ``w`` sleeps and must be rung through its pipe."""
         return not self.ordered or bool(self.words[w * CONTROL_WORDS + SLEEPING])
@@ -198,6 +305,15 @@ class ParentSide:
             return [w for w in workers if words[w * CONTROL_WORDS + DONE] == expect[w]]
         return [w for w in workers
                 if w in self.rung and words[w * CONTROL_WORDS + DONE] == expect[w]]
+
+    def info_bits(self, w: int) -> tuple[int, int]:
+        """The info columns worker ``w``'s finished step wrote: (step, reset) bitmasks."""
+        base = w * CONTROL_WORDS
+        return self.words[base + INFO_STEP], self.words[base + INFO_RESET]
+
+    def publish(self, columns: int) -> None:
+        """Tells every worker that ``columns`` info columns exist (before the next post)."""
+        self.words[len(self.seq) * CONTROL_WORDS + SCHEMA] = columns
 
     def received(self, w: int) -> int:
         """Marks worker ``w``'s step as read; returns its reply kind."""

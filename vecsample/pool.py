@@ -27,6 +27,7 @@ import numpy as np
 
 from vecsample import errors, hosted
 from vecsample.config import SamplerConfig
+from vecsample.handshake import FUTEX, Bell
 from vecsample.protocol import OK_MESSAGE, Command, ErrorReport, Reply, WorkerState, WorkerStates
 from vecsample.results import StepResult
 from vecsample.shm import SharedBuffers
@@ -72,6 +73,9 @@ class WorkerPool:
         self.procs: list[BaseProcess] = []
         self.conns: list[Connection] = []
         self._owner = os.getpid()
+        #: The futex that sleeping workers wait on (None: each sleeps on its pipe); rung after
+        #: every command and step post (handshake.Bell).
+        self.bell = Bell(buffers.control()) if FUTEX and ordered else None
         _POOLS.add(self)
         # The finalizer holds these lists themselves: a respawn replaces entries in place. It
         # runs in this process only: a child forked from it (a DataLoader worker) that exits
@@ -122,8 +126,7 @@ class WorkerPool:
         lo, hi = self.config.bounds(w)
         parent_end, child_end = self._ctx.Pipe(duplex=True)
         fns = self.config.env_fns[lo:hi]
-        # Only fork passes them without pickling; a hosted block's rows pickle once, themselves.
-        if self.config.context != "fork" and not hosted.is_hosted(fns):
+        if self.config.context != "fork" and not hosted.is_hosted(fns):  # see HostedSlot
             fns = tuple(PickledFactory(fn) for fn in fns)
         others = [c for i, c in enumerate(self.conns) if i != w]
         affinity = self.config.cpu_affinity[w]
@@ -167,7 +170,8 @@ class WorkerPool:
                 conn.close()
             return
         self.states.close_all()
-        shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer])
+        shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer],
+                 self.bell)
 
     # --- errors ----------------------------------------------------------------------------------
 
@@ -211,6 +215,8 @@ class WorkerPool:
                     continue
                 self.states.transition(w, WorkerState.BUSY)
             sent.append(w)
+        if self.bell is not None:
+            self.bell.ring(sent)  # a worker asleep on the futex looks at its pipe when rung
         replies = self.gather(sent, command.name, limit)  # every sent command is answered
         if lost:
             lost[0].replies = {w: reply for w, (_, reply) in replies.items()}
@@ -360,7 +366,7 @@ class WorkerPool:
 
 def shutdown(
     procs: list[BaseProcess], conns: list[Connection], timeout: float,
-    more: Sequence[Connection] = (),
+    more: Sequence[Connection] = (), bell: Bell | None = None,
 ) -> None:
     """Asks every worker to exit, then terminates and kills what is left, then closes the
     pipes (``more``: the doorbell pipe's ends). Always returns."""
@@ -368,6 +374,8 @@ def shutdown(
     for conn in conns:
         with contextlib.suppress(OSError, ValueError):  # already dead or closed: nothing to ask
             conn.send_bytes(close_message)
+    if bell is not None:
+        bell.ring(range(len(conns)))
     started = [p for p in procs if p.pid is not None]
     end = time.monotonic() + min(max(0.0, timeout), MAX_WAIT)
     _join_all(started, end)

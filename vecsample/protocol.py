@@ -111,6 +111,14 @@ class WorkerStates:
             raise errors.ProtocolError(worker=w, current=now.value, requested=to.value)
         self.current[w] = to
 
+    def transition_all(self, to: WorkerState) -> None:
+        """Moves every worker to ``to``, checking each distinct state once."""
+        for now in set(self.current):
+            if to not in TRANSITIONS[now]:
+                raise errors.ProtocolError(worker=self.current.index(now), current=now.value,
+                                           requested=to.value)
+        self.current[:] = [to] * len(self.current)
+
     def close_all(self) -> None:
         for w in range(len(self.current)):
             self.transition(w, WorkerState.CLOSED)
@@ -159,8 +167,10 @@ OK_MESSAGE = b"\x00"
 #: Infos of one step, sparse: (local env index, step info, reset info or None).
 #: The reset info is set when the env was auto-reset during this step.
 InfoRecord = tuple[int, dict[str, object], "dict[str, object] | None"]
-#: A step's message payload: its info records (None: none) and the pickled leaves' values.
-StepReply = tuple["list[InfoRecord] | None", "dict[str, list[Any]] | None"]
+#: A step's message payload: the infos that did not fit in shared-memory columns (None: none),
+#: the pickled leaves' values, and info keys proposed for new columns (vecsample/infos.py).
+StepReply = tuple["list[InfoRecord] | None", "dict[str, list[Any]] | None",
+                  "dict[str, tuple[type, str, tuple[int, ...]]]"]
 #: A reset's reply: (local env index, reset info) per env reset, and the pickled leaves' values.
 ResetReply = tuple[list[tuple[int, dict[str, Any]]], "dict[str, list[Any]] | None"]
 

@@ -91,6 +91,12 @@ class Restarts:
                                        [], True)
                 self._channel.hold(w, result)  # its next step returns this restart
 
+    def force(self, w: int, reason: str, copy: bool) -> StepResult:
+        """Replay (replay.py): restarts worker ``w``, pending in a step, as the recorded run did,
+        whatever it does now; the same seeds and flags, since the restart log is the same."""
+        cause = errors.WorkerLostError(call="replay", worker=w, state="restarted in the record")
+        return self._restart(w, reason, cause, [], copy)
+
     def _restart(self, w: int, reason: str, cause: BaseException, results: list[StepResult],
                  copy: bool) -> StepResult:
         """Respawns worker ``w`` in place and returns its flagged result; the others' rows are

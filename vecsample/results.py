@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from vecsample.infos import InfoMap
+
 #: One info dict per env, as gymnasium's single envs return them.
 Infos = list[dict[str, Any]]
 
@@ -29,7 +31,8 @@ class StepResult:
     has_final_obs: np.ndarray
     #: Workers restarted since their last step flag their envs here (see docs/reliability.md).
     restarted: np.ndarray
-    #: Non-empty step infos by global env id.
-    infos: dict[int, dict[str, Any]] = field(default_factory=dict)
-    #: Infos of the resets done by autoreset during this step, by global env id.
-    reset_infos: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: Non-empty step infos by global env id (a dict-like ``InfoMap``: numeric values come
+    #: from shared-memory columns, and the per-env dicts are built when first read).
+    infos: InfoMap = field(default_factory=InfoMap)
+    #: Non-empty infos of the resets done by autoreset during this step, by global env id.
+    reset_infos: InfoMap = field(default_factory=InfoMap)

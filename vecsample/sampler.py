@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from vecsample import errors, handshake, hosted, signals
+from vecsample.commands import EnvCommands
 from vecsample.config import (
     DEFAULT_CONTEXT,
     DEFAULT_DEADLINE,
@@ -34,7 +35,9 @@ from vecsample.config import (
 from vecsample.handshake import HandshakeState
 from vecsample.hosted import HostedVector
 from vecsample.pool import WorkerPool
-from vecsample.protocol import AutoresetMode, Command, EnvFn, Space, WorkerState
+from vecsample.protocol import AutoresetMode, EnvFn, Space, WorkerState
+from vecsample.replay import NO_LOG, NoLog, open_log
+from vecsample.replay_log import PathArg
 from vecsample.restart import Restarts
 from vecsample.results import Infos, StepResult
 from vecsample.seeding import SeedArg
@@ -43,12 +46,10 @@ from vecsample.spaces import Actions, ActionWriter, leaves
 from vecsample.stats import Meter, PhaseSource
 from vecsample.stepping import StepChannel
 
-T = TypeVar("T")
-
 __all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "EnvMaker", "VecSampler", "usable_cores"]
 
 
-class VecSampler:
+class VecSampler(EnvCommands):
     """N worker processes, each stepping a contiguous block of ``num_envs // num_workers`` envs.
 
     Args:
@@ -85,6 +86,10 @@ class VecSampler:
         spin_us: microseconds both sides poll shared memory before sleeping on a pipe
             (None: 200 while every worker can have a core of its own, else 0).
         uneven_split: allow a num_workers that does not divide the envs.
+        record: append the arrival order of every step_recv, the sends, resets and restarts
+            to this file; ``replay=`` that file makes a later run return the same data.
+        replay: make each step_recv return the workers recorded in this file, in its order
+            (ReplayDivergedError at the first call the log does not have). docs/semantics.md.
 
     Raises:
         ConfigError: an argument that cannot work (the message says which and how to fix it).
@@ -100,6 +105,8 @@ class VecSampler:
         ...     print(obs.shape, result.rewards.tolist())
         (4, 4) [1.0, 1.0, 1.0, 1.0]
     """
+
+    _log: NoLog = NO_LOG  # recording or replaying (replay.py); set up by _start
 
     def __init__(
         self,
@@ -123,6 +130,7 @@ class VecSampler:
         spin_us: float | None = None,
         uneven_split: bool = False,
         startup_deadline: float | None = STARTUP_DEADLINE,
+        record: PathArg | None = None, replay: PathArg | None = None,
     ) -> None:
         self._closed = True  # until the workers are up; close() is then a no-op
         c = self.config = SamplerConfig.build(
@@ -138,9 +146,10 @@ class VecSampler:
         self.autoreset_mode, self.deadline, self.context = c.autoreset_mode, c.deadline, c.context
         self.restart, self.max_restarts, self.spin_s, self.check_actions = (
             c.restart, c.max_restarts, c.spin_s, c.check_actions)
-        self._start(*_probe_spaces(c.env_fns[0], observation_space, action_space))
+        self._start(*_probe_spaces(c.env_fns[0], observation_space, action_space), record, replay)
 
-    def _start(self, obs_space: Space, act_space: Space) -> None:
+    def _start(self, obs_space: Space, act_space: Space, record: PathArg | None,
+               replay: PathArg | None) -> None:
         self.single_observation_space, self.single_action_space = obs_space, act_space
         self._actions = ActionWriter(act_space, self.check_actions)
         self._everyone = list(range(self.num_workers))
@@ -149,7 +158,7 @@ class VecSampler:
         ordered = handshake.ORDERED  # read once: tests force the unordered protocol through it
         self._pool = WorkerPool(self.config, self._buffers, ordered)
         self._states = self._pool.states
-        self._channel = StepChannel(self.config, self._buffers, self._pool, ordered)
+        self._channel = StepChannel(self.config, self._buffers, self._pool, ordered, self._meter)
         self._restarts = Restarts(self.config, self._pool, self._channel)
         #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
         self.restart_log = self._restarts.log
@@ -157,6 +166,7 @@ class VecSampler:
         self._heal = self._restarts.heal if self.restart else None
         self._closed = False
         try:
+            self._log = open_log(record, replay, self.config, self._restarts, self._channel)
             self._pool.start()
         except BaseException:
             self.close(timeout=1.0)  # a worker that failed to build will not exit politely
@@ -182,6 +192,7 @@ class VecSampler:
         """Writes ``worker``'s actions (envs_per_worker rows) to shared memory and starts it."""
         start = time.perf_counter()
         w = self._states.index(worker, self._closed)
+        self._log.send(w)  # a replay checks the call before it does anything
         self._expect_idle(w, "step_send")
         self._actions.write(actions, self._channel.views[w].action_leaves,
                             len(self._channel.blocks[w]))
@@ -212,18 +223,18 @@ class VecSampler:
               copy: bool) -> list[StepResult]:
         """step_recv once its arguments are checked (step() knows them already)."""
         start = time.perf_counter()
-        results = self._collect(pending, timeout, deadline, copy)
+        results = self._log.collect(self._collect, pending, timeout, deadline, copy)
         self._meter.timers["wait_s"] += time.perf_counter() - start
         # Last, and counted there: an interrupt before it loses nothing.
-        return self._channel.deliver(results, self._meter.timers)
+        return self._log.delivered(self._channel.deliver(results, self._meter.timers))
 
     def send_all(self, actions: Actions) -> None:
         """Writes ``actions`` (num_envs rows) to shared memory and starts every worker."""
         start = time.perf_counter()
         self._expect_all_idle("send_all")
+        self._log.send_all()
         self._actions.write(actions, self._channel.all_views.action_leaves, self.num_envs)
-        for w in range(self.num_workers):
-            self._channel.post(w)
+        self._channel.post_all()
         self._channel.ring(range(self.num_workers))
         self._meter.timers["send_s"] += time.perf_counter() - start
 
@@ -240,8 +251,8 @@ class VecSampler:
         """Every env's current data as one StepResult, with the infos of ``results`` merged."""
         merged = self._channel.result_of(None, copy)
         for r in results:
-            merged.infos.update(r.infos)
-            merged.reset_infos.update(r.reset_infos)
+            merged.infos.absorb(r.infos)
+            merged.reset_infos.absorb(r.reset_infos)
         return merged
 
     # --- synchronous commands --------------------------------------------------------------------
@@ -257,38 +268,11 @@ class VecSampler:
         """
         self._expect_commandable("reset")
         flags = _check_mask(mask, self.num_envs)
+        self._log.reset(seed, options, flags)
         seeds = self._restarts.seeds_for_reset(seed)
         infos = self._pool.reset(seeds, options, flags, self.deadline, heal=self._heal)
         self._channel.drop_held()  # respawned workers were reset too: no restart to report
         return self._channel.all_views.obs, infos
-
-    def reset_task(self, tasks: Sequence[object]) -> None:
-        """Gives env j the task ``tasks[j]`` through ``env.unwrapped.reset_task``."""
-        tasks = _per_env(tasks, self.num_envs, "tasks")
-        self._each(Command.RESET_TASK, lambda lo, hi: tasks[lo:hi])
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Calls ``name`` on every env (or reads it, if not callable); one result per env."""
-        name = _check_name(name)
-        return self._each(Command.CALL, lambda lo, hi: (name, args, kwargs))
-
-    def get_attr(self, name: str) -> list[Any]:
-        """The attribute ``name`` of every env, through its wrappers; one value per env."""
-        name = _check_name(name)
-        return self._each(Command.GET_ATTR, lambda lo, hi: name)
-
-    def set_attr(self, name: str, values: object) -> None:
-        """Sets ``name`` on every env: a list gives one value per env, anything else is shared."""
-        name = _check_name(name)
-        if isinstance(values, (list, tuple)):
-            per_env = _per_env(values, self.num_envs, "values")
-        else:
-            per_env = [values] * self.num_envs
-        self._each(Command.SET_ATTR, lambda lo, hi: (name, per_env[lo:hi]))
-
-    def _each(self, command: Command, payload: Callable[[int, int], object]) -> list[Any]:
-        self._expect_commandable(command.name.lower())
-        return self._pool.each_env(command, payload, self.deadline, self._heal)
 
     def _expect_commandable(self, call: str) -> None:
         """Reads an interrupted command's replies; finds workers that died since their last call."""
@@ -336,6 +320,7 @@ class VecSampler:
         with signals.critical:  # a Ctrl-C waits for the (bounded) close to finish
             self._closed = True
             signals.unregister(self)
+            self._log.close()
             self._pool.close(float("inf") if limit is None else limit)
 
     def __enter__(self) -> VecSampler:
@@ -385,19 +370,3 @@ def _check_mask(mask: object, num_envs: int) -> np.ndarray | None:
     if not mask.any():
         raise errors.ConfigError("mask selects no env; set at least one entry to True.")
     return mask
-
-
-def _per_env(values: Sequence[T], num_envs: int, name: str) -> list[T]:
-    items = list(values)
-    if len(items) != num_envs:
-        raise errors.ConfigError(
-            f"{name} needs one entry per env: expected {num_envs}, got {len(items)}; pass a "
-            f"list of {num_envs}."
-        )
-    return items
-
-
-def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not name:
-        raise errors.ConfigError(name="attribute name", expected="a non-empty str", got=name)
-    return name

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecsample.handshake import CONTROL_WORDS, control_rows
+from vecsample.infos import InfoTables
 from vecsample.spaces import Leaf, leaves, unflatten
 
 #: The values of pickled leaves for a block of rows, by buffer name ("obs0", "act1", ...).
@@ -66,6 +67,8 @@ class SharedBuffers:
     #: Pickled leaves (not shared): one object array per leaf and field, each process its own
     #: copy; the pipe carries their values (see ``lane`` and docs/semantics.md).
     local: dict[str, np.ndarray] = field(init=False)
+    #: The infos' shared-memory columns and their schema log (vecsample/infos.py).
+    infos: InfoTables = field(init=False)
 
     def __post_init__(self) -> None:
         self.obs_leaves = leaves(self.observation_space)
@@ -89,6 +92,7 @@ class SharedBuffers:
         # int64 elements, so the words the step handshake polls are 8-byte aligned (atomic).
         raws["control"] = RawArray(ctypes.c_int64, control_rows(self.num_workers) * CONTROL_WORDS)
         self.raws = raws
+        self.infos = InfoTables(n)
 
     def views(self, lo: int = 0, hi: int | None = None) -> Views:
         """Views of rows [lo, hi); zero-copy, valid as long as this object lives."""

@@ -23,9 +23,12 @@ class Meter:
     """A sampler's own timers (send, wait, recv counts), its age, and the phases of its users."""
 
     def __init__(self) -> None:
-        #: Added to on the hot path, so a plain dict: ``send_s``, ``wait_s``, ``recvs``,
-        #: ``workers_received``.
-        self.timers = {"send_s": 0.0, "wait_s": 0.0, "recvs": 0.0, "workers_received": 0.0}
+        #: Added to on the hot path, so a plain dict: ``send_s``, ``wait_s`` (all of step_recv),
+        #: ``return_s`` (the part of ``wait_s`` spent reading finished steps: the parent's own
+        #: work, not waiting), ``wait_cpu_s`` (CPU time spent waiting: spinning, polling),
+        #: ``recvs``, ``workers_received``.
+        self.timers = {"send_s": 0.0, "wait_s": 0.0, "return_s": 0.0, "wait_cpu_s": 0.0,
+                       "recvs": 0.0, "workers_received": 0.0}
         self._born = time.perf_counter()
         self._sources: list[PhaseSource] = []
 

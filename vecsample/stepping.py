@@ -17,26 +17,32 @@ from collections.abc import Sequence
 from vecsample import errors, handshake, signals
 from vecsample.config import SamplerConfig
 from vecsample.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
+from vecsample.infos import RESET, STEP, Schema, read_block
 from vecsample.pool import WorkerPool
 from vecsample.protocol import InfoRecord, Reply, WorkerState
 from vecsample.results import StepResult
 from vecsample.shm import SharedBuffers, Views
 from vecsample.signals import Section
 from vecsample.spaces import copy_tree
+from vecsample.stats import Meter
 
 
 class StepChannel:
     """Posts, wakes and collects the steps of a pool's workers through shared memory."""
 
     def __init__(self, config: SamplerConfig, buffers: SharedBuffers, pool: WorkerPool,
-                 ordered: bool) -> None:
+                 ordered: bool, meter: Meter | None = None) -> None:
         self._config = config
+        #: The sampler's timers: ``return_s`` counts the time spent reading finished steps.
+        self._timers = (meter or Meter()).timers
         self._pool = pool
         self._states = pool.states
         self._buffers = buffers
         self._action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
         self._hs = ParentSide(buffers.control(), config.num_workers, pool.ring_reader,
                               config.spin_s, ordered)
+        #: The info columns given out so far (vecsample/infos.py).
+        self._schema = Schema(buffers.infos)
         #: Views of every env's rows, and of each worker's block.
         self.all_views: Views = buffers.views()
         self.views = [buffers.views(*config.bounds(w)) for w in range(config.num_workers)]
@@ -66,6 +72,20 @@ class StepChannel:
         finally:
             signals.leave()
 
+    def post_all(self) -> None:
+        """Posts every worker's step (all idle); ``ring`` must follow. One vectorised write,
+        unless a worker has a held restart result or restart flags to clear."""
+        if self._held or any(self._flagged):
+            for w in range(self._config.num_workers):
+                self.post(w)
+            return
+        signals.enter()  # posted and marked STEPPING together, or neither
+        try:
+            self._hs.post_all()
+            self._states.transition_all(WorkerState.STEPPING)
+        finally:
+            signals.leave()
+
     def hold(self, w: int, result: StepResult) -> None:
         """Worker ``w`` was respawned while idle: its next step returns ``result`` instead."""
         self._held[w] = result
@@ -75,17 +95,22 @@ class StepChannel:
         self._held.clear()
 
     def ring(self, workers: Sequence[int]) -> None:
-        """Wakes those of ``workers`` that sleep on their pipe (handshake.py)."""
+        """Wakes those of ``workers`` that sleep: one futex ring for all where there is one,
+        else a pipe write each (handshake.py)."""
         handshake.fence()
-        for w in workers:
-            if w in self._stash or not self._hs.wants_ring(w):
-                continue
-            # A dead worker cannot be rung; its sentinel reports it in the next collect, where
-            # the restart policy (or the error) handles it with the other workers' results.
-            with contextlib.suppress(OSError):
-                self._pool.conns[w].send_bytes(DOORBELL)
+        posted = [w for w in workers if w not in self._stash] if self._stash else workers
+        if self._pool.bell is not None:
+            if self._hs.any_sleeping(posted):
+                self._pool.bell.ring(posted)
+        else:
+            for w in posted:
+                if self._hs.wants_ring(w):
+                    # A dead worker cannot be rung; its sentinel reports it in the next collect,
+                    # where the restart policy (or the error) handles it with the others.
+                    with contextlib.suppress(OSError):
+                        self._pool.conns[w].send_bytes(DOORBELL)
         if self._action_lane:
-            self._send_actions([w for w in workers if w not in self._stash])
+            self._send_actions(posted)
 
     def _send_actions(self, workers: Sequence[int]) -> None:
         """The pickled action leaves of ``workers``, after their post (worker.py reads them)."""
@@ -159,9 +184,11 @@ class StepChannel:
         while waiting:
             ready = self._hs.ready(waiting)
             if ready:
+                start = time.perf_counter()
                 for w in sorted(ready):
                     waiting.discard(w)
                     results.append(self._read_step(w, copy, results))
+                self._timers["return_s"] += time.perf_counter() - start
                 if timeout is not None and window_end is None:
                     window_end = time.monotonic() + timeout
                 continue
@@ -173,7 +200,9 @@ class StepChannel:
                                                    deadline=deadline, results=results)
             until = _earliest(deadline_at, window_end)
             sentinels = {self._pool.sentinel(w): w for w in waiting}
+            cpu = time.thread_time()
             dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
+            self._timers["wait_cpu_s"] += time.thread_time() - cpu
             deaths += self._deaths(dead, waiting)
             if deaths and timeout is not None and window_end is None:
                 window_end = time.monotonic() + timeout  # a death ends a partial batch too
@@ -203,7 +232,7 @@ class StepChannel:
         """Worker ``w``'s finished step, read off the handshake (and pipe) in one piece."""
         signals.enter()
         try:
-            records = None
+            records, bits = None, self._hs.info_bits(w)
             if self._hs.received(w) == REPLY_MESSAGE:
                 try:
                     message = self._pool.conns[w].recv_bytes()
@@ -212,15 +241,36 @@ class StepChannel:
                 tag, payload = pickle.loads(message)
                 if tag is Reply.ERROR:
                     raise self._pool.failed(w, payload, results)
-                records, lane = payload
+                records, lane, candidates = payload
                 if lane:
                     self._buffers.apply_lane(self._config.bounds(w)[0], lane)
+                if candidates and self._schema.propose(candidates):
+                    self._hs.publish(len(self._schema.columns))
             result = self.result_of(w, copy)
-            _add_infos(result, records)
+            self._add_infos(result, records, bits)
             self._stash[w] = result
         finally:
             signals.leave()
         return result
+
+    def _add_infos(self, result: StepResult, records: list[InfoRecord] | None,
+                   bits: tuple[int, int]) -> None:
+        """The step's infos: copies of the columns it wrote, plus the pickled rest."""
+        if not records and not any(bits):
+            return
+        lo, hi = result.env_ids.start, result.env_ids.stop
+        tables = self._buffers.infos
+        left: dict[int, dict[str, object]] = {}
+        left_reset: dict[int, dict[str, object]] = {}
+        for j, info, reset_info in records or ():
+            if info:
+                left[lo + j] = info
+            if reset_info:
+                left_reset[lo + j] = reset_info
+        step = read_block(tables, self._schema, STEP, lo, hi, bits[0]) if bits[0] else None
+        reset = read_block(tables, self._schema, RESET, lo, hi, bits[1]) if bits[1] else None
+        result.infos.add(step, left)
+        result.reset_infos.add(reset, left_reset)
 
     def result_of(self, w: int | None, copy: bool) -> StepResult:
         """Worker ``w``'s rows (every env's for None) as a StepResult, views or copies."""
@@ -251,17 +301,6 @@ class StepChannel:
         v.truncated[:] = True
         v.restarted[:] = True
         self._flagged[w] = True
-
-
-def _add_infos(result: StepResult, records: list[InfoRecord] | None) -> None:
-    if not records:
-        return
-    offset = result.env_ids.start
-    for j, info, reset_info in records:
-        if info:
-            result.infos[offset + j] = info
-        if reset_info is not None:
-            result.reset_infos[offset + j] = reset_info
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

@@ -72,6 +72,8 @@ class SlowEnv(CountingEnv):
 
     ``step_time`` is the median sleep. ``tail`` picks the spread: ``"none"`` (constant),
     ``"uniform"`` (±``spread``) or ``"heavy"`` (a Pareto tail: most steps fast, a few very slow).
+    The sleeps are drawn from ``seed`` and the env index; ``seed=None`` draws them from the OS's
+    entropy, so the arrival order differs from run to run (the observations never depend on it).
     """
 
     def __init__(
@@ -81,15 +83,16 @@ class SlowEnv(CountingEnv):
         tail: str = "none",
         spread: float = 0.5,
         length: int = 1_000_000,
-        seed: int = 0,
+        seed: int | None = 0,
+        info: bool = False,
     ) -> None:
-        super().__init__(env_index=env_index, length=length)
+        super().__init__(env_index=env_index, length=length, info=info)
         if tail not in ("none", "uniform", "heavy"):
             raise ValueError(f"tail must be 'none', 'uniform' or 'heavy', got {tail!r}")
         self.step_time = step_time
         self.tail = tail
         self.spread = spread
-        self._rng = np.random.default_rng([seed, env_index])
+        self._rng = np.random.default_rng(None if seed is None else [seed, env_index])
 
     def draw_delay(self) -> float:
         """The next step's sleep in seconds, drawn from this env's own stream (advances it)."""
@@ -113,9 +116,10 @@ class StragglerEnv(SlowEnv):
     """
 
     def __init__(self, env_index: int = 0, step_time: float = 0.001, tail: str = "heavy",
-                 spread: float = 0.5, length: int = 1_000_000, seed: int = 0) -> None:
+                 spread: float = 0.5, length: int = 1_000_000, seed: int | None = 0,
+                 info: bool = False) -> None:
         super().__init__(env_index=env_index, step_time=step_time, tail=tail, spread=spread,
-                         length=length, seed=seed)
+                         length=length, seed=seed, info=info)
 
 
 class RaisingEnv(CountingEnv):
@@ -253,3 +257,36 @@ class CloseRecordingEnv(SlowEnv):
             with open(self.marker, "a") as f:
                 f.write(f"{self.env_index} {os.getpid()}\n")
         super().close()
+
+
+class SleepEnv(gym.Env[np.ndarray, np.int64]):
+    """An env that uses no CPU: it sleeps ``seconds`` per step (0: returns at once).
+
+    ``sleep_fns`` gives one sleeper per worker block, so a worker's batch takes ``seconds``
+    while its core stays free: with many workers on few cores, what limits the rate is the
+    parent (``vecsample bench --sleep-env``, docs/benchmarks.md). Never ends an episode."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.obs = np.zeros(4, dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None,
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return self.obs, {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.seconds:
+            time.sleep(self.seconds)
+        return self.obs, 0.0, False, False, {}
+
+
+def sleep_fns(num_envs: int, num_workers: int, seconds: float) -> list[Callable[[], Any]]:
+    """``num_envs`` SleepEnv factories: the first env of each worker's block sleeps
+    ``seconds`` per step, the others not at all (``num_envs`` a multiple of the workers)."""
+    block = num_envs // num_workers
+    return [functools.partial(SleepEnv, seconds if i % block == 0 else 0.0)
+            for i in range(num_envs)]

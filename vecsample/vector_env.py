@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import logger, spaces
 from gymnasium.vector.utils import batch_space
 
-from vecsample import errors, hosted
+from vecsample import errors, hosted, vector_infos
 from vecsample.config import check_int, check_mode, env_factories
 from vecsample.hosted import HostedVector
 from vecsample.protocol import AutoresetMode, EnvFn, Space
@@ -65,8 +65,8 @@ class VectorEnv(gym.vector.VectorEnv):
             ``NEXT_STEP`` by default, as in gymnasium.
         max_concurrency: At most this many envs run at once: caps the number of workers.
         **sampler_kwargs: Passed on to ``VecSampler``: ``deadline``, ``restart``,
-            ``check_actions``, ``cpu_affinity``, ... (``infos`` is always on here, and
-            ``uneven_split`` on by default).
+            ``check_actions``, ``cpu_affinity``, ``record``, ``replay`` (docs/semantics.md), ...
+            (``infos`` is always on here, and ``uneven_split`` on by default).
 
     Raises:
         vecsample.errors.ConfigError: a bad setting (worker count, autoreset mode, ...);
@@ -229,7 +229,12 @@ class VectorEnv(gym.vector.VectorEnv):
                 v.truncated.copy(), infos)
 
     def _vector_infos(self, v: StepResult) -> dict[str, Any]:
-        step_infos, reset_infos = v.infos, v.reset_infos
+        fast = vector_infos.build(
+            v.infos, v.reset_infos, self.mode, v.has_final_obs,
+            lambda i: _unbatch(self.single_observation_space, v.final_obs, i), self._add_info)
+        if fast is not None:
+            return fast
+        step_infos, reset_infos = v.infos, v.reset_infos  # changed by a restart: env by env
         infos: dict[str, Any] = {}
         for i in range(self.num_envs):
             info = step_infos.get(i, {})

@@ -28,8 +28,9 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample import hosted
-from vecsample.errors import EnvOutputError
+from vecsample.errors import EnvFactoryError, EnvOutputError
 from vecsample.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
+from vecsample.infos import InfoWriter, Signature
 from vecsample.protocol import (
     OK_MESSAGE,
     AutoresetMode,
@@ -83,6 +84,37 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     if not worker.build():
         return
     worker.serve()
+
+
+class _NoParent:
+    """The pipe of a worker run in the parent's own process: keeps the last message."""
+
+    last: bytes = b""
+
+    def send_bytes(self, message: bytes) -> None:
+        self.last = message
+
+
+def local_step(spec: WorkerSpec, seeds: Sequence[int | None]) -> Callable[[], object]:
+    """Builds and resets (with ``seeds``) ``spec``'s envs in this process and returns the
+    worker's step: the same loop, with no process, pipe or handshake around it (``vecsample
+    bench`` times it against a bare loop). The actions are read from ``spec.buffers``."""
+    pipe = _NoParent()
+    worker = _Worker(spec, pipe)  # type: ignore[arg-type]  # only send_bytes is used
+    if not worker.build():
+        report: ErrorReport = pickle.loads(pipe.last)[1]
+        raise EnvFactoryError(f"env {report.env} could not be built in this process: "
+                              f"{report.exc_type}: {report.message}; check its factory.")
+    worker._reset((list(seeds), None, None))
+    if spec.autoreset_mode is not AutoresetMode.DISABLED:
+        return functools.partial(worker._step, None)
+
+    def step_and_reset() -> None:  # DISABLED freezes ended envs: reset them, as its users do
+        worker._step(None)
+        if worker.ended.any():
+            worker._reset(([None] * worker.count, None, worker.ended.copy()))
+
+    return step_and_reset
 
 
 # --- process settings ---------------------------------------------------------------------------
@@ -181,18 +213,20 @@ class _Worker:
             Command.GET_ATTR: self._get_attr,
             Command.SET_ATTR: self._set_attr,
         }
-        # SAME_STEP (the default) has its own inlined batch loop; the other modes step env by
-        # env through a per-env handler.
-        # One loop per mode, chosen once: SAME_STEP and NEXT_STEP inlined (scalars gathered
-        # and written with one slice copy per field); DISABLED env by env.
+        # One inlined loop per mode, chosen once here, none branching on the mode per env:
+        # scalars are gathered in lists and written with one slice copy per field.
         loops: dict[AutoresetMode, Callable[[Sequence[Any], list[InfoRecord]], None]] = {
                          AutoresetMode.SAME_STEP: self._step_all_same,
                          AutoresetMode.NEXT_STEP: functools.partial(_step_all_next, self),
-                         AutoresetMode.DISABLED: self._step_each}
+                         AutoresetMode.DISABLED: functools.partial(_step_all_disabled, self)}
         self.step_all = loops[spec.autoreset_mode]
         self.host: hosted.Host | None = None  # a hosted vector env (hosted.py), set by build()
         self.side = self._side()
         self.write_obs = _obs_writer(spec.buffers, self.views.obs_leaves)
+        # The loops hand each observation to put_obs(j, obs) and call flush_obs(count) at the
+        # end: one slice copy for a bare array space, a row write per env otherwise.
+        self.put_obs, self.flush_obs = _obs_batcher(self)
+        self.infos = InfoWriter(spec.buffers.infos, lo, lo + self.count)
         self.write_final = _obs_writer(spec.buffers, self.views.final_obs_leaves)
         buffers = spec.buffers  # pickled leaves travel on the pipe (shm.SharedBuffers.lane)
         self.obs_lane = any(not leaf.shared for leaf in buffers.obs_leaves)
@@ -239,18 +273,28 @@ class _Worker:
         self._close_envs()
 
     def _step_posted(self) -> None:
-        """A step posted through shared memory: step, publish, then send infos if any."""
+        """A step posted through shared memory: step, publish, then send what did not fit in
+        shared memory (infos of other types, pickled leaves, new info keys), if anything."""
         assert self.side is not None
+        bits = (0, 0)
         try:
             if self.action_lane:
                 _receive_actions(self.conn, self.spec)
+            self.infos.sync(self.side.published())
             records = self._step(None)
+            candidates: dict[str, Signature] = {}
+            if records:
+                records, candidates, *written = self.infos.write(records)
+                bits = (written[0], written[1])
             lane = _lane(self.spec, self.count) if self.obs_lane else None
-            message = None if records is None and lane is None else _dumps_step(records, lane)
+            message = (None if not records and not candidates and lane is None
+                       else _dumps_step(records or None, lane, candidates))
         except Exception:
+            self.side.info_bits(0, 0)
             self.side.finish(REPLY_MESSAGE)
             self._send_error("STEP")
             return
+        self.side.info_bits(*bits)
         self.side.finish(REPLY_PLAIN if message is None else REPLY_MESSAGE)
         if message is not None:
             # Sent after the step is published: a large pickle may need the parent reading.
@@ -304,20 +348,6 @@ class _Worker:
         self.stats[1] += self.count
         return records if (records and self.spec.infos) else None
 
-    def _step_each(self, actions: Sequence[Any], records: list[InfoRecord]) -> None:
-        """DISABLED: env by env; an ended env stays frozen until reset(mask=...) names it."""
-        for j in range(self.count):
-            self.current_env = j
-            if self.ended[j]:
-                self.views.rewards[j] = 0.0
-                continue
-            obs, reward, terminated, truncated, info = self.envs[j].step(actions[j])
-            self.ended[j] = terminated or truncated
-            self._write(j, obs, reward, terminated, truncated)
-            if info:
-                records.append((j, info, None))
-        self.current_env = None
-
     def _step_all_same(self, actions: Sequence[Any], records: list[InfoRecord]) -> None:
         """SAME_STEP over every env: the hot loop, inlined. Scalars are gathered in lists and
         written with one slice copy per field; observations row by row (a row may be a scalar
@@ -326,7 +356,7 @@ class _Worker:
         rewards: list[Any] = [0.0] * n
         terminated, truncated = [False] * n, [False] * n
         has_final = [False] * n
-        envs, write_obs, write_final = self.envs, self.write_obs, self.write_final
+        envs, put_obs, write_final = self.envs, self.put_obs, self.write_final
         j = 0
         try:
             for j in range(n):
@@ -339,7 +369,7 @@ class _Worker:
                     records.append((j, info, reset_info))
                 elif info:
                     records.append((j, info, None))
-                write_obs(j, obs)
+                put_obs(j, obs)
                 terminated[j], truncated[j] = term, trunc
             j = n
         except BaseException:
@@ -348,6 +378,7 @@ class _Worker:
         finally:
             # Envs before a failing one keep what they wrote.
             _flush_scalars(self, rewards, terminated, truncated, j)
+            self.flush_obs(j)
             self.views.has_final_obs[:j] = has_final[:j]
 
     def _actions(self) -> Sequence[Any]:
@@ -357,32 +388,25 @@ class _Worker:
         space = self.spec.buffers.action_space
         return [unflatten(space, (v[j] for v in views)) for j in range(self.count)]
 
-    def _write(self, j: int, obs: Any, reward: Any, terminated: Any, truncated: Any) -> None:
-        v = self.views
-        self.write_obs(j, obs)
-        try:
-            v.rewards[j] = reward
-            v.terminated[j] = terminated
-            v.truncated[j] = truncated
-        except (ValueError, TypeError):  # numpy refuses a non-scalar: say which, and why
-            _, error = _first_non_scalar([reward], [terminated], [truncated], 1)
-            raise error from None
-
     # --- synchronous commands --------------------------------------------------------------------
 
     def _reset(self, payload: tuple[list[Any], Any, Any]) -> ResetReply:
         seeds, options, mask = payload
         infos: list[tuple[int, dict[str, Any]]] = []
-        v = self.views
-        for j, env in enumerate(self.envs):
-            if mask is not None and not mask[j]:
-                continue
-            self.current_env = j
-            obs, info = env.reset(seed=seeds[j], options=options)  # as gymnasium calls it
-            self.write_obs(j, obs)
-            v.terminated[j] = v.truncated[j] = v.has_final_obs[j] = v.restarted[j] = False
-            self.ended[j] = False
-            infos.append((j, info))
+        done: list[int] = []  # envs reset so far: their flags are cleared, even on an error
+        try:
+            for j, env in enumerate(self.envs):
+                if mask is not None and not mask[j]:
+                    continue
+                self.current_env = j
+                obs, info = env.reset(seed=seeds[j], options=options)  # as gymnasium calls it
+                self.write_obs(j, obs)
+                done.append(j)
+                infos.append((j, info))
+        finally:
+            v = self.views
+            for flags in (v.terminated, v.truncated, v.has_final_obs, v.restarted, self.ended):
+                flags[done] = False
         self.current_env = None
         return infos, (_lane(self.spec, self.count) if self.obs_lane else None)
 
@@ -444,9 +468,10 @@ def _check_spaces(envs: list[gym.Env[Any, Any]], buffers: SharedBuffers, worker:
             )
 
 
-def _dumps_step(records: list[InfoRecord] | None, lane: Lane | None) -> bytes:
+def _dumps_step(records: list[InfoRecord] | None, lane: Lane | None,
+                candidates: dict[str, Signature]) -> bytes:
     try:
-        return pickle.dumps((Reply.OK, (records, lane)), pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps((Reply.OK, (records, lane, candidates)), pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         what = "infos" if lane is None else "infos or observations"
         raise TypeError(f"the step's {what} cannot be pickled to the parent: {exc}") from exc
@@ -494,6 +519,39 @@ def _obs_writer(buffers: SharedBuffers, views: list[np.ndarray]) -> Callable[[in
     return write_nested
 
 
+def _obs_batcher(worker: _Worker) -> tuple[Callable[[int, Any], None], Callable[[int], None]]:
+    """``(put, flush)`` for a step loop. A bare fixed-shape space gathers the observations in a
+    list and ``flush(k)`` writes the first ``k`` with one slice copy. When they do not stack to
+    exactly the rows' shape (a scalar for a vector space, a wrong shape, ragged lists), each row
+    is written on its own: the good ones land, and the first bad env is named. Other spaces
+    write each row as it comes."""
+    leaf, write = worker.spec.buffers.obs_leaves[0], worker.write_obs
+    if len(worker.views.obs_leaves) != 1 or leaf.path or not leaf.shared:
+        return write, lambda k: None
+    rows: list[Any] = [None] * worker.count
+    view = worker.views.obs_leaves[0]
+
+    def flush(k: int) -> None:
+        try:
+            stacked = np.asarray(rows if k == len(rows) else rows[:k])
+        except (ValueError, TypeError):  # ragged: numpy cannot stack them
+            stacked = None
+        if stacked is not None and stacked.shape == view[:k].shape and stacked.dtype != object:
+            view[:k] = stacked
+            return
+        bad: list[tuple[int, Exception]] = []
+        for j in range(k):
+            try:
+                write(j, rows[j])
+            except (EnvOutputError, ValueError, TypeError) as exc:
+                bad.append((j, exc))
+        if bad:
+            worker.current_env = bad[0][0]
+            raise bad[0][1]
+
+    return rows.__setitem__, flush
+
+
 def _shape_error(leaf: Leaf, value: Any) -> EnvOutputError:
     return EnvOutputError(
         f"observation {leaf.name!r} has shape {np.shape(value)}, expected {leaf.shape} for "
@@ -533,7 +591,7 @@ def _reply_error(command: Command, payload: Any, exc: Exception) -> ErrorReport:
 def _step_all_next(worker: _Worker, actions: Sequence[Any], records: list[InfoRecord]) -> None:
     """NEXT_STEP over every env, inlined like SAME_STEP's loop: an env that ended at its last
     step is reset instead of stepped (reward 0, flags False, its action ignored)."""
-    n, envs, ended, write_obs = worker.count, worker.envs, worker.ended, worker.write_obs
+    n, envs, ended, put_obs = worker.count, worker.envs, worker.ended, worker.put_obs
     rewards: list[Any] = [0.0] * n
     terminated, truncated = [False] * n, [False] * n
     j = 0
@@ -550,13 +608,14 @@ def _step_all_next(worker: _Worker, actions: Sequence[Any], records: list[InfoRe
                 ended[j] = term or trunc
                 if info:
                     records.append((j, info, None))
-            write_obs(j, obs)
+            put_obs(j, obs)
         j = n
     except BaseException:
         worker.current_env = j
         raise
     finally:
         _flush_scalars(worker, rewards, terminated, truncated, j)
+        worker.flush_obs(j)
 
 
 def _flush_scalars(worker: _Worker, rewards: list[Any], terminated: list[Any],
@@ -570,3 +629,31 @@ def _flush_scalars(worker: _Worker, rewards: list[Any], terminated: list[Any],
     except (ValueError, TypeError):  # one env returned a non-scalar: name it
         worker.current_env, error = _first_non_scalar(rewards, terminated, truncated, count)
         raise error from None
+
+
+def _step_all_disabled(worker: _Worker, actions: Sequence[Any],
+                       records: list[InfoRecord]) -> None:
+    """DISABLED over every env, inlined like the others: an env that ended stays frozen (not
+    stepped, reward 0, its flags as they were) until reset(mask=...) names it."""
+    n, envs, ended, put_obs = worker.count, worker.envs, worker.ended, worker.put_obs
+    rewards: list[Any] = [0.0] * n
+    terminated: list[Any] = worker.views.terminated.tolist()  # frozen envs keep their flags
+    truncated: list[Any] = worker.views.truncated.tolist()
+    j = 0
+    try:
+        for j in range(n):
+            if ended[j]:
+                continue
+            obs, rewards[j], term, trunc, info = envs[j].step(actions[j])
+            terminated[j], truncated[j] = term, trunc
+            ended[j] = term or trunc
+            if info:
+                records.append((j, info, None))
+            put_obs(j, obs)
+        j = n
+    except BaseException:
+        worker.current_env = j
+        raise
+    finally:
+        _flush_scalars(worker, rewards, terminated, truncated, j)
+        worker.flush_obs(j)

@@ -21,27 +21,34 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
 from vecsample.hosted import VECTORIZATIONS
+from vecsample.protocol import AutoresetMode
 from vecsample.sampler import usable_cores
-from vecsample.tools import compare
+from vecsample.tools import compare, efficiency
 from vecsample.tools.bench_backends import (
     BACKENDS,
-    DEFAULT_BACKENDS,
     HOSTED_BACKENDS,
     Backend,
     Config,
     Unavailable,
     cpu_seconds,
     round_trips,
+    sampler_stats,
 )
 
+#: The partial-batch row recording a replay log: measured only with --record.
+RECORD_ROW = "vecsample_partial_record"
+DEFAULT_BACKENDS = [name for name in BACKENDS
+                    if name != RECORD_ROW and name not in ("vector_one", "hosted")]
 #: Env counts per env id when --num-envs is not given (the targets of issue 4).
 DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64]}
 #: With --vectorization: the counts of issue 18 (a batch pays more the larger it is).
@@ -68,6 +75,17 @@ class Row:
     cpu_us_per_step: float | None = None
     cpu_vs_bare: float | None = None
     skipped: str | None = None
+    #: vecsample rows: the autoreset mode they run, the workers' utilization U (time inside
+    #: the env loop ÷ wall time, mean over workers) and the in-worker efficiency E of that mode
+    #: (tools/efficiency.py); the parent's µs per batch (per step_recv): posting (send),
+    #: blocked waiting (wait), reading the finished steps (return) and outside the sampler
+    #: (policy, VectorEnv's own work). Medians of the repeats.
+    mode: str | None = None
+    utilization: float | None = None
+    efficiency: float | None = None
+    #: E of every autoreset mode for this group's block of envs (the row's is ``efficiency``).
+    efficiency_by_mode: dict[str, float] | None = None
+    parent_us: dict[str, float] | None = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="NAME", help="the rows to measure, in this order: "
                         + ", ".join(BACKENDS) + " (default: " + ", ".join(DEFAULT_BACKENDS)
                         + "; with --vectorization: " + ", ".join(HOSTED_BACKENDS) + ")")
+    parser.add_argument("--record", action="store_true",
+                        help=f"add the row {RECORD_ROW} (partial batches recording a replay log) "
+                        "after the partial row, and the cost of recording against it")
     parser.add_argument("--vectorization", choices=VECTORIZATIONS, default=None,
                         help="measure hosted vector envs (one batch-native vector env per "
                         "worker) against the same vector env in one process, EnvPool and the "
@@ -93,6 +114,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="step_recv timeout of the partial-batch row (seconds)")
     parser.add_argument("--seconds", type=float, default=1.0, help="duration of one measurement")
     parser.add_argument("--repeats", type=int, default=5, help="figures are their median")
+    parser.add_argument("--sleep-env", type=float, default=0.0, metavar="SECONDS",
+                        help="instead of --envs: envs that sleep SECONDS per worker batch and "
+                        "use no CPU, to show the parent's limit with many workers (e.g. "
+                        "--sleep-env 0.0005 --workers 16 --num-envs 64)")
     parser.add_argument("--latency-steps", type=int, default=2000,
                         help="round trips per repeat for the latency (0: skip it)")
     parser.add_argument("--json", type=str, default=None, help="write all results here")
@@ -101,13 +126,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def configs(args: argparse.Namespace) -> list[Config]:
-    """One Config per (env id, env count), checked."""
+    """One Config per (env id, env count), checked (--record adds its row to the backends;
+    without --backends, --vectorization picks the hosted rows)."""
+    if args.backends is None:
+        args.backends = list(HOSTED_BACKENDS if getattr(args, "vectorization", None)
+                             else DEFAULT_BACKENDS)
+    if getattr(args, "record", False) and RECORD_ROW not in args.backends:
+        at = args.backends.index("vecsample_partial") + 1 if (
+            "vecsample_partial" in args.backends) else len(args.backends)
+        args.backends = [*args.backends[:at], RECORD_ROW, *args.backends[at:]]
     cores = args.cores or usable_cores()
     workers = args.workers or cores
     hosted = getattr(args, "vectorization", None)
     counts = HOSTED_COUNTS if hosted else DEFAULT_COUNTS
     out = []
-    for env_id in args.envs:
+    if args.sleep_env < 0:
+        raise ConfigError(name="--sleep-env", expected="seconds >= 0", got=args.sleep_env,
+                          fix="give the sleep per worker batch, e.g. 0.0005")
+    envs = [f"sleep {args.sleep_env * 1e3:g} ms"] if args.sleep_env else args.envs
+    for env_id in envs:
         for n in args.num_envs or counts.get(env_id, [64]):
             for name, parts in (("workers", workers), ("cores", cores)):
                 if parts < 1 or n % parts:
@@ -116,7 +153,7 @@ def configs(args: argparse.Namespace) -> list[Config]:
                         f"multiple of {parts}."
                     )
             out.append(Config(env_id, n, workers, cores, args.timeout, args.policy,
-                              hosted or "vector_entry_point"))
+                              args.sleep_env, hosted or "vector_entry_point"))
     if args.repeats < 1 or args.seconds <= 0:
         raise ConfigError(f"--repeats must be >= 1 and --seconds > 0, got {args.repeats}, "
                           f"{args.seconds}.")
@@ -157,43 +194,88 @@ def built(cfg: Config, names: Sequence[str]) -> Iterator[dict[str, Backend | str
         yield out
 
 
+#: The autoreset mode each vecsample row runs (VecSampler's default, VectorEnv's default).
+MODES = {"vecsample": AutoresetMode.SAME_STEP, "vecsample_partial": AutoresetMode.SAME_STEP,
+         "vector_env": AutoresetMode.NEXT_STEP}
+#: One measurement: (steps/s, CPU µs per env step, the sampler's profile or None).
+Run = tuple[float, float | None, dict[str, float] | None]
+
+
 def measure(cfg: Config, args: argparse.Namespace, tick: Any) -> list[Row]:
     """The rows of one group: each backend's repeats, interleaved, then medians and ratios."""
+    effs = efficiencies(cfg) if any(n in MODES for n in args.backends) else {}
     with built(cfg, args.backends) as backends:
-        runs: dict[str, list[tuple[float, float | None]]] = {
+        runs: dict[str, list[Run]] = {
             n: [] for n, b in backends.items() if not isinstance(b, str)
         }
         for _ in range(args.repeats):
             for name, done in runs.items():
                 backend = backends[name]
                 assert not isinstance(backend, str)
-                done.append(_timed(backend, args.seconds))
+                done.append(_timed(backend, args.seconds, cfg.workers))
                 tick()
         skipped = {n: b for n, b in backends.items() if isinstance(b, str)}
     rows = [_row(cfg, name, runs.get(name, []), skipped.get(name)) for name in args.backends]
+    for r in rows:
+        if r.backend in MODES:
+            r.mode = MODES[r.backend].value
+            r.efficiency = effs.get(r.mode)
+            r.efficiency_by_mode = effs or None
     _add_ratios(rows)
     return rows
 
 
-def _timed(backend: Backend, seconds: float) -> tuple[float, float | None]:
-    """(steps/s, CPU µs per env step) of one run."""
+def efficiencies(cfg: Config) -> dict[str, float]:
+    """E of every autoreset mode for one worker's block of envs (not for sleep envs)."""
+    if cfg.sleep:
+        return {}
+    block = [EnvMaker(cfg.env_id)] * cfg.envs_per_worker
+    return {mode.value: efficiency.measure(block, mode, infos=True).efficiency
+            for mode in AutoresetMode}
+
+
+def _timed(backend: Backend, seconds: float, workers: int) -> Run:
+    """(steps/s, CPU µs per env step, profile) of one run."""
     pids = backend.pids()
-    before = cpu_seconds(pids)
+    before, stats, parent = cpu_seconds(pids), sampler_stats(backend), time.process_time()
     rate = backend.run(seconds)
-    after = cpu_seconds(pids)
+    parent = time.process_time() - parent
+    after, stats_after = cpu_seconds(pids), sampler_stats(backend)
+    profile = None if stats is None or stats_after is None else _profile(
+        stats, stats_after, workers, parent)
     if before is None or after is None or not backend.steps():
-        return rate, None
-    return rate, (after - before) / backend.steps() * 1e6
+        return rate, None, profile
+    return rate, (after - before) / backend.steps() * 1e6, profile
 
 
-def _row(cfg: Config, name: str, runs: list[tuple[float, float | None]],
-         skipped: str | None) -> Row:
-    rates = [rate for rate, _ in runs]
-    cpus = [cpu for _, cpu in runs if cpu is not None]
-    return Row(env=cfg.env_id, num_envs=cfg.num_envs, backend=name, label=BACKENDS[name][0],
-               layout=layout(name, cfg),
-               steps_per_s=statistics.median(rates) if rates else None, repeats=rates,
-               cpu_us_per_step=statistics.median(cpus) if cpus else None, skipped=skipped)
+def _profile(a: dict[str, float], b: dict[str, float], workers: int,
+             parent_cpu_s: float) -> dict[str, float]:
+    """U, and the parent's µs per batch (wall time by phase, and its CPU time: the work it
+    does, whatever else runs on the machine, less what it spent spinning while it waited),
+    from two ``VecSampler.stats()``."""
+    d = {k: b[k] - a[k] for k in ("wall_s", "env_step_s", "send_s", "wait_s", "return_s",
+                                  "wait_cpu_s", "recvs")}
+    per = 1e6 / max(d["recvs"], 1.0)
+    return {"utilization": d["env_step_s"] / (workers * d["wall_s"]),
+            "send": d["send_s"] * per, "wait": (d["wait_s"] - d["return_s"]) * per,
+            "return": d["return_s"] * per,
+            "outside": (d["wall_s"] - d["send_s"] - d["wait_s"]) * per,
+            "cpu": (parent_cpu_s - d["wait_cpu_s"]) * per}
+
+
+def _row(cfg: Config, name: str, runs: list[Run], skipped: str | None) -> Row:
+    rates = [rate for rate, _, _ in runs]
+    cpus = [cpu for _, cpu, _ in runs if cpu is not None]
+    profiles = [p for _, _, p in runs if p is not None]
+    row = Row(env=cfg.env_id, num_envs=cfg.num_envs, backend=name, label=BACKENDS[name][0],
+              layout=layout(name, cfg),
+              steps_per_s=statistics.median(rates) if rates else None, repeats=rates,
+              cpu_us_per_step=statistics.median(cpus) if cpus else None, skipped=skipped)
+    if profiles:
+        row.utilization = statistics.median(p["utilization"] for p in profiles)
+        row.parent_us = {k: statistics.median(p[k] for p in profiles)
+                         for k in ("send", "wait", "return", "outside", "cpu")}
+    return row
 
 
 def _add_ratios(rows: list[Row]) -> None:
@@ -267,14 +349,22 @@ def _commit() -> str | None:
 
 #: Row names where BACKENDS' label is too long for the table (the JSON keeps the label).
 SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSampler partial",
-         "vector_one": "vector env, 1 process", "hosted": "VecSampler hosted vector envs"}
+         RECORD_ROW: "VecSampler partial + record", "vector_one": "vector env, 1 process",
+         "hosted": "VecSampler hosted vector envs"}
 HEADER = ("backend", "layout", "steps/s", "× bare", "× machine", "CPU µs", "CPU eff")
+#: The second block of a group: vecsample's rows, their U and E, the parent's µs per batch.
+PARENT_HEADER = ("vecsample row", "mode", "U", "E", "send", "wait", "return", "outside",
+                 "parent CPU")
+PARENT_NAMES = {"vecsample": "VecSampler full", "vecsample_partial": "VecSampler partial",
+                "vector_env": "VectorEnv"}
 
 
 def name_of(r: Row, timeout: float | None) -> str:
     """The row's name in the table: the partial-batch row names its timeout."""
     if r.backend == "vecsample_partial":
         return f"VecSampler {compare.batches(timeout)}"
+    if r.backend == RECORD_ROW:
+        return f"VecSampler {compare.batches(timeout)} + record"
     return SHORT.get(r.backend, r.label)
 
 
@@ -302,6 +392,12 @@ def legend(repeats: int) -> list[str]:
         "  × machine  steps/s ÷ the machine limit's (a bare loop on every core, rates summed)",
         "  CPU µs     CPU time (user + system) of the parent and its workers per env step",
         "  CPU eff    the bare loop's CPU µs ÷ this row's: the share of the CPU spent in the envs",
+        "  U          vecsample: the workers' time inside the env loop ÷ wall time (mean)",
+        "  E          vecsample: bare loop ÷ the worker loop of the row's autoreset mode, per",
+        "             env step, in one process (docs/benchmarks.md: U × E predicts × machine)",
+        "  send, wait, return, outside: the parent's wall µs per batch posting, blocked, reading",
+        "             results, and outside the sampler; parent CPU: its CPU µs per batch, not",
+        "             counting its waits",
     ]
 
 
@@ -313,6 +409,29 @@ def _groups(rows: list[Row]) -> dict[tuple[str, int], list[Row]]:
     return groups
 
 
+def parent_lines(group: list[Row]) -> list[str]:
+    """vecsample's rows: U, E, and the parent's µs per batch (docs/benchmarks.md)."""
+    cells = []
+    for r in group:
+        if r.parent_us is not None:
+            p = r.parent_us
+            cells.append([PARENT_NAMES.get(r.backend, r.backend), r.mode or "-",
+                          _fixed(r.utilization, 3), _fixed(r.efficiency, 3),
+                          *(_fixed(p[k], 1) for k in ("send", "wait", "return", "outside",
+                                                       "cpu"))])
+    if not cells:
+        return []
+    by_mode = next((r.efficiency_by_mode for r in group if r.efficiency_by_mode), None)
+    modes = ("E by autoreset mode: " + ", ".join(f"{m} {e:.3f}" for m, e in by_mode.items())
+             if by_mode else "")
+    return ["", *compare.columns(PARENT_HEADER, cells, right=range(2, 9)),
+            *([modes] if modes else [])]
+
+
+def _fixed(x: float | None, decimals: int) -> str:
+    return "-" if x is None else f"{x:,.{decimals}f}"
+
+
 def table(rows: list[Row], timeout: float | None = None) -> str:
     """The terminal table: a block per (env, env count), the legend, then the numbered notes
     (why a row was skipped)."""
@@ -320,7 +439,8 @@ def table(rows: list[Row], timeout: float | None = None) -> str:
     lines = []
     for (env, n), group in _groups(rows).items():
         cells = [_cells(r, timeout, notes) for r in group]
-        lines += [f"{env}, {n} envs", *compare.columns(HEADER, cells, right=range(2, 7)), ""]
+        lines += [f"{env}, {n} envs", *compare.columns(HEADER, cells, right=range(2, 9)),
+                  *parent_lines(group), ""]
     lines += legend(max((len(r.repeats) for r in rows), default=0))
     lines += [""] if notes else []
     for text, number in notes.items():
@@ -349,7 +469,21 @@ def conclusion(rows: list[Row], timeout: float | None) -> str:
         return head + "nothing was measured"
     if winner.vs_machine is not None:
         text += f", at {winner.vs_machine:.3f}× the machine limit"
-    return head + text
+    return head + text + recording_cost(rows)
+
+
+def recording_cost(rows: list[Row]) -> str:
+    """``; recording 0.985× partial (per repeat 0.97–1.00)``: the record row against the
+    partial row, by the median of their per-repeat ratios (the two run back to back)."""
+    by = {r.backend: r for r in rows}
+    part, rec = by.get("vecsample_partial"), by.get(RECORD_ROW)
+    if part is None or rec is None or not part.repeats or not rec.repeats:
+        return ""
+    ratios = [b / a for a, b in zip(part.repeats, rec.repeats, strict=False) if a]
+    if not ratios:
+        return ""
+    return (f"; recording {statistics.median(ratios):.3f}× partial (per repeat "
+            f"{min(ratios):.3f}–{max(ratios):.3f})")
 
 
 def _hosted_conclusion(by: dict[str, Row]) -> str:
@@ -402,8 +536,6 @@ def plot(rows: list[Row], path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.backends is None:
-        args.backends = list(HOSTED_BACKENDS if args.vectorization else DEFAULT_BACKENDS)
     groups = configs(args)
     total = len(groups) * args.repeats * len(args.backends) + (args.latency_steps > 0)
     from tqdm import tqdm

@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import multiprocessing as mp
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ import numpy as np
 from vecsample.config import EnvMaker
 from vecsample.hosted import HostedVector
 from vecsample.sampler import VecSampler
+from vecsample.testing import sleep_fns
 from vecsample.tools.compare import sampling_loop
 from vecsample.tools.policies import ACTION_TABLE, ActionTable, Policy, mlp_policy
 from vecsample.vector_env import VectorEnv
@@ -49,6 +51,9 @@ class Config:
     cores: int
     timeout: float
     policy: str  # "none" or "mlp"
+    #: > 0: the sleep-env scenario (testing.SleepEnv): one sleep of this many seconds per
+    #: worker batch, no CPU used by the envs; ``env_id`` is then only a label.
+    sleep: float = 0.0
     #: gymnasium.make_vec's mode for the hosted rows ("vector_entry_point" or "sync").
     vectorization: str = "vector_entry_point"
 
@@ -74,6 +79,14 @@ class Backend(Protocol):
         """Its child processes, whose CPU time counts with this process's."""
 
     def close(self) -> None: ...
+
+
+def sampler_stats(backend: Backend) -> dict[str, float] | None:
+    """``VecSampler.stats()`` of a vecsample backend; None for the others."""
+    sampler = getattr(backend, "sampler", None) or getattr(backend, "env", None)
+    if isinstance(sampler, VectorEnv):
+        sampler = sampler.sampler
+    return sampler.stats() if isinstance(sampler, VecSampler) else None
 
 
 # --- policies --------------------------------------------------------------------------------
@@ -175,10 +188,15 @@ class BareLoops:
 class Sampler:
     """VecSampler in the loop of ``vecsample compare``: full (timeout None) or partial batches."""
 
-    def __init__(self, cfg: Config, timeout: float | None,
+    def __init__(self, cfg: Config, timeout: float | None, record: bool = False,
                  sampler: VecSampler | None = None) -> None:
-        self.sampler = sampler or VecSampler(cfg.env_id, num_envs=cfg.num_envs,
-                                             num_workers=cfg.workers, infos=False)
+        # record: every recv appended to a replay log (bench --record measures what it costs).
+        self._logs = tempfile.TemporaryDirectory() if record else None
+        path = None if self._logs is None else os.path.join(self._logs.name, "run.vsreplay")
+        # infos on: the default path (issue 15); their numeric values travel in shared memory.
+        self.sampler = sampler or VecSampler(_fns(cfg) if cfg.sleep else cfg.env_id,
+                                             num_envs=cfg.num_envs, num_workers=cfg.workers,
+                                             record=path)
         self.timeout = timeout
         s = self.sampler
         self.policy = make_policy(cfg.policy, s.single_observation_space, s.single_action_space,
@@ -213,6 +231,8 @@ class Sampler:
 
     def close(self) -> None:
         self.sampler.close()
+        if self._logs is not None:
+            self._logs.cleanup()
 
 
 class GymnasiumStyle:
@@ -288,7 +308,25 @@ def cpu_seconds(pids: list[int]) -> float | None:
 
 
 def _fns(cfg: Config) -> list[Callable[[], gym.Env[Any, Any]]]:
+    if cfg.sleep:
+        return sleep_fns(cfg.num_envs, cfg.workers, cfg.sleep)
     return [EnvMaker(cfg.env_id)] * cfg.num_envs
+
+
+def _bare(cfg: Config, procs: int) -> Backend:
+    if cfg.sleep:
+        raise Unavailable("not run with sleep envs: their limit is num_envs ÷ the sleep")
+    return BareLoops(cfg.env_id, procs, cfg.envs_per_core)
+
+
+def _no_sleep(builder: Callable[[Config], Backend]) -> Callable[[Config], Backend]:
+    """Only vecsample's rows run with sleep envs: the scenario measures its parent."""
+    def build(cfg: Config) -> Backend:
+        if cfg.sleep:
+            raise Unavailable("only vecsample's rows run with sleep envs")
+        return builder(cfg)
+
+    return build
 
 
 def _need(module: str, extra: str = "bench") -> None:
@@ -335,9 +373,10 @@ def _batched(cfg: Config) -> None:
 def _hosted(cfg: Config) -> Backend:
     """VecSampler with one vector env per worker (NextStep: CartPole's entry point's mode)."""
     _batched(cfg)
+    # infos off, as in the run of docs/benchmarks.md (CartPole's vector infos are empty).
     sampler = VecSampler(HostedVector(cfg.env_id, cfg.vectorization), num_envs=cfg.num_envs,
                          num_workers=cfg.workers, infos=False, autoreset_mode="NextStep")
-    return Sampler(cfg, None, sampler)
+    return Sampler(cfg, None, sampler=sampler)
 
 
 def _vector_one(cfg: Config) -> Backend:
@@ -349,25 +388,26 @@ def _vector_one(cfg: Config) -> Backend:
 
 #: name -> (label, builder). The order is the table's.
 BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
-    "bare": ("bare loop, 1 process", lambda c: BareLoops(c.env_id, 1, c.envs_per_core)),
-    "machine": ("bare loop × cores (machine limit)",
-                lambda c: BareLoops(c.env_id, c.cores, c.envs_per_core)),
+    "bare": ("bare loop, 1 process", lambda c: _bare(c, 1)),
+    "machine": ("bare loop × cores (machine limit)", lambda c: _bare(c, c.cores)),
     "vecsample": ("vecsample VecSampler, full batches", lambda c: Sampler(c, None)),
     "vecsample_partial": ("vecsample VecSampler, partial batches",
                           lambda c: Sampler(c, c.timeout)),
+    # Only with --record: the partial row again, recording a replay log (its cost).
+    "vecsample_partial_record": ("vecsample VecSampler, partial batches + record",
+                                 lambda c: Sampler(c, c.timeout, record=True)),
     "vector_env": ("vecsample VectorEnv",
                    lambda c: GymnasiumStyle(VectorEnv(_fns(c), c.workers), c)),
     "sync": ("gymnasium SyncVectorEnv",
-             lambda c: GymnasiumStyle(gym.vector.SyncVectorEnv(_fns(c)), c)),
-    "async": ("gymnasium AsyncVectorEnv (shared memory)", _async),
-    "sb3": ("SB3 SubprocVecEnv", _sb3),
-    "envpool": ("EnvPool (C++ envs)", _envpool),
-    "vector_one": ("gymnasium make_vec (the hosted rows' vector env), 1 process", _vector_one),
-    "hosted": ("vecsample VecSampler, one hosted vector env per worker", _hosted),
+             _no_sleep(lambda c: GymnasiumStyle(gym.vector.SyncVectorEnv(_fns(c)), c))),
+    "async": ("gymnasium AsyncVectorEnv (shared memory)", _no_sleep(_async)),
+    "sb3": ("SB3 SubprocVecEnv", _no_sleep(_sb3)),
+    "envpool": ("EnvPool (C++ envs)", _no_sleep(_envpool)),
+    "vector_one": ("gymnasium make_vec (the hosted rows' vector env), 1 process",
+                   _no_sleep(_vector_one)),
+    "hosted": ("vecsample VecSampler, one hosted vector env per worker", _no_sleep(_hosted)),
 }
-#: The rows without --vectorization, and with it ("Past the bare loop", docs/benchmarks.md).
-DEFAULT_BACKENDS = ("bare", "machine", "vecsample", "vecsample_partial", "vector_env", "sync",
-                    "async", "sb3", "envpool")
+#: The rows of --vectorization ("Past the bare loop", docs/benchmarks.md).
 HOSTED_BACKENDS = ("bare", "machine", "vector_one", "hosted", "envpool")
 
 

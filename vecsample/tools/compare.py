@@ -448,6 +448,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads of the MLP policy in the parent")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--json", type=str, default=None, help="write all results here")
+    parser.add_argument("--replay-check", action="store_true",
+                        help="record one partial-batch run (the first env, workers, envs per "
+                        "worker, policy and float timeout; --iterations steps per env, 100 by "
+                        "default), replay it, and report a bit-exact match or the first "
+                        "mismatch (docs/semantics.md)")
 
 
 def parse_timeouts(values: Sequence[str]) -> list[float | None]:
@@ -487,6 +492,11 @@ def run_sweep(grid: Grid, show_progress: bool) -> list[LoopResult]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.replay_check:
+        from vecsample.tools import replay_check
+
+        set_torch_threads(args.torch_threads, args.policies[:1])
+        return replay_check.run(args)
     grid = grid_from_args(args)
     set_torch_threads(args.torch_threads, grid.policies)
     results = run_sweep(grid, not args.no_progress)

@@ -1,0 +1,155 @@
+"""Infos through shared-memory columns (vecsample/infos.py): what VectorEnv and VecSampler
+return must equal what the envs gave, whatever the schema, including keys that appear late,
+keys whose type changes between envs, and values no column can hold."""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vecsample
+from vecsample.protocol import AutoresetMode
+
+#: The kinds of info value an env may return: every column kind, and ones that stay pickled.
+KINDS = ["float", "int", "bool", "f32", "i16", "vec_f4", "mat_i8", "np_bool", "str", "nested",
+         "mixed"]
+
+
+def _value(kind: str, env: int, t: int) -> Any:
+    x = env * 100 + t
+    if kind == "mixed":  # a float in even envs, an int in odd ones: the first env sets the dtype
+        kind = "float" if env % 2 == 0 else "int"
+    return {
+        "float": lambda: x + 0.25,
+        "int": lambda: x - 7,
+        "bool": lambda: bool(x % 2),
+        "f32": lambda: np.float32(x / 3),
+        "i16": lambda: np.int16(x % 300),
+        "vec_f4": lambda: np.array([x, -x], dtype=np.float32),
+        "mat_i8": lambda: np.arange(6, dtype=np.int64).reshape(2, 3) * x,
+        "np_bool": lambda: np.bool_(x % 3 == 0),
+        "str": lambda: f"s{x}",
+        "nested": lambda: {"a": x + 0.5, "b": f"n{x}"},
+    }[kind]()
+
+
+class InfoEnv(gym.Env[np.ndarray, np.int64]):
+    """Episodes of ``length + env % 3`` steps (envs end at different steps); infos follow
+    ``schema``: (key, kind, every, start, when)."""
+
+    observation_space = gym.spaces.Box(-1e9, 1e9, (2,), np.float64)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, env: int, schema: list[tuple[str, str, int, int, str]],
+                 length: int) -> None:
+        self.env, self.schema, self.length = env, schema, length + env % 3
+        self.t = self.total = 0
+
+    def _info(self, when: str) -> dict[str, Any]:
+        info = {}
+        for i, (key, kind, every, start, at) in enumerate(self.schema):
+            h = zlib.crc32(f"{self.env}/{self.total}/{i}".encode()) % every
+            if at in (when, "both") and self.total >= start and h == 0:
+                info[key] = _value(kind, self.env, self.total)
+        return info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        self.total += 1
+        return np.array([self.env, 0.0]), self._info("reset")
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        self.total += 1
+        obs = np.array([self.env, self.t], dtype=np.float64)
+        return obs, float(self.t), self.t >= self.length, False, self._info("step")
+
+
+def assert_same(a: Any, b: Any, where: str = "infos") -> None:
+    """Equal keys, values and dtypes, recursively (object arrays element by element)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (where, sorted(a), sorted(b))
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray), (where, type(b))
+        assert a.dtype == b.dtype and a.shape == b.shape, (where, a.dtype, b.dtype, a.shape)
+        if a.dtype == object:
+            for x, y in zip(a, b, strict=True):
+                assert_same(x, y, where + "[i]")
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert type(a) is type(b) and a == b, (where, a, b)
+
+
+schemas = st.lists(
+    st.tuples(st.sampled_from(KINDS), st.integers(1, 3), st.integers(0, 8),
+              st.sampled_from(["step", "reset", "both"])),
+    min_size=1, max_size=5,
+).map(lambda specs: [(f"k{i}", *spec) for i, spec in enumerate(specs)])
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=schemas, length=st.integers(2, 4))
+def test_vector_infos_equal_sync_vector_env(mode: AutoresetMode, schema: list[Any],
+                                            length: int) -> None:
+    fns = [functools.partial(InfoEnv, i, schema, length) for i in range(5)]
+    sync = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode(mode.value))
+    ours = vecsample.VectorEnv(fns, num_workers=2, autoreset_mode=mode.value, context="fork")
+    try:
+        assert_same(sync.reset(seed=0)[1], ours.reset(seed=0)[1], "reset infos")
+        ended = np.zeros(5, dtype=bool)
+        for t in range(12):
+            if mode is AutoresetMode.DISABLED and ended.any():  # sync pops the mask: two dicts
+                assert_same(sync.reset(options={"reset_mask": ended})[1],
+                            ours.reset(options={"reset_mask": ended})[1])
+            actions = np.ones(5, dtype=np.int64)
+            _, _, term, trunc, expected = sync.step(actions)
+            _, _, term2, _, got = ours.step(actions)
+            np.testing.assert_array_equal(term, term2)
+            assert_same(expected, got, f"step {t} infos")
+            ended = term | trunc
+    finally:
+        ours.close()
+        sync.close()
+
+
+def test_sampler_infos_are_the_envs_own_values(make_sampler) -> None:
+    """VecSampler's per-env dicts: the same values and types the env returned, after the
+    schema learned the keys (the first steps travel pickled, later ones in columns)."""
+    schema = [("f", "float", 1, 0, "step"), ("v", "vec_f4", 1, 0, "step"),
+              ("s", "str", 1, 0, "step"), ("m", "mixed", 1, 0, "step"),
+              ("r", "i16", 1, 0, "reset")]
+    fns = [functools.partial(InfoEnv, i, schema, 3) for i in range(4)]
+    local = [fn() for fn in fns]
+    s = make_sampler(fns, num_workers=2)
+    s.reset(seed=0)
+    for env in local:
+        env.reset(seed=0)
+    for t in range(8):
+        r = s.step(np.ones(4, dtype=np.int64), copy=True)
+        for i, env in enumerate(local):
+            _, _, term, trunc, info = env.step(1)
+            assert_same(info, r.infos.get(i, {}), f"step {t} env {i}")
+            if term or trunc:
+                assert_same(env.reset()[1], r.reset_infos.get(i, {}), f"reset {t} env {i}")
+
+
+def test_infos_read_later_keep_their_step_values(make_sampler) -> None:
+    """The columns are copied on receipt: infos read after the next step are still this
+    step's, though their shared-memory rows were overwritten."""
+    schema = [("f", "float", 1, 0, "step")]
+    s = make_sampler([functools.partial(InfoEnv, 0, schema, 50)], num_workers=1)
+    s.reset(seed=0)
+    firsts = [s.step(np.ones(1, dtype=np.int64)) for _ in range(4)]
+    assert [r.infos[0]["f"] for r in firsts] == [2.25, 3.25, 4.25, 5.25]

@@ -1,0 +1,75 @@
+"""``EnvCommands``: VecSampler's synchronous commands to every env (reset_task, call, get_attr,
+set_attr), each one pickled ``(Command, payload)`` per worker through the pool's RPC.
+
+A base of ``VecSampler`` (sampler.py), which provides what is declared here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from vecsample import errors
+from vecsample.pool import WorkerPool
+from vecsample.protocol import Command
+from vecsample.replay import NoLog
+
+T = TypeVar("T")
+
+
+class EnvCommands:
+    """The commands that go to every env of the sampler, one reply per env."""
+
+    num_envs: int
+    deadline: float | None
+    _pool: WorkerPool
+    _heal: Callable[[list[int]], None] | None
+    _log: NoLog
+
+    def _expect_commandable(self, call: str) -> None:
+        raise NotImplementedError  # VecSampler's
+
+    def reset_task(self, tasks: Sequence[object]) -> None:
+        """Gives env j the task ``tasks[j]`` through ``env.unwrapped.reset_task``."""
+        tasks = per_env(tasks, self.num_envs, "tasks")
+        self._each(Command.RESET_TASK, lambda lo, hi: tasks[lo:hi])
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Calls ``name`` on every env (or reads it, if not callable); one result per env."""
+        name = _check_name(name)
+        return self._each(Command.CALL, lambda lo, hi: (name, args, kwargs))
+
+    def get_attr(self, name: str) -> list[Any]:
+        """The attribute ``name`` of every env, through its wrappers; one value per env."""
+        name = _check_name(name)
+        return self._each(Command.GET_ATTR, lambda lo, hi: name)
+
+    def set_attr(self, name: str, values: object) -> None:
+        """Sets ``name`` on every env: a list gives one value per env, anything else is shared."""
+        name = _check_name(name)
+        if isinstance(values, (list, tuple)):
+            values = per_env(values, self.num_envs, "values")
+        else:
+            values = [values] * self.num_envs
+        self._each(Command.SET_ATTR, lambda lo, hi: (name, values[lo:hi]))
+
+    def _each(self, command: Command, payload: Callable[[int, int], object]) -> list[Any]:
+        self._expect_commandable(command.name.lower())
+        self._log.command(command, payload(0, self.num_envs))  # a replay checks it first
+        return self._pool.each_env(command, payload, self.deadline, self._heal)
+
+
+def per_env(values: Sequence[T], num_envs: int, name: str) -> list[T]:
+    items = list(values)
+    if len(items) != num_envs:
+        raise errors.ConfigError(
+            f"{name} needs one entry per env: expected {num_envs}, got {len(items)}; pass a "
+            f"list of {num_envs}."
+        )
+    return items
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise errors.ConfigError(name="attribute name", expected="a non-empty str", got=name)
+    return name

@@ -1,0 +1,337 @@
+"""Infos in shared memory: a numeric column per info key, with a presence mask, learned as keys
+appear.
+
+Two tables (step infos, and the infos of resets done by autoreset) give every env a row of
+``ROW_BYTES``: one presence byte per column, then the columns' values. A value can live in a
+column when it is a Python ``int`` (64-bit), ``float`` or ``bool``, a numpy number, or a numeric
+numpy array; its column has that exact type (and dtype and shape). Anything else, or a value of
+another type than its key's column, travels pickled in the step's reply, as all infos did before.
+
+The schema is learned, never declared. A worker sends a key it has no column for pickled, and
+names it as a candidate; the parent gives it a column (``Schema.propose``), appends the column
+to a log in shared memory and bumps a counter there; each worker reads the new columns from the
+log before its next step (``InfoWriter.sync``). The log only grows, so nothing a worker reads
+is ever rewritten. After a step, the worker says in two words of its control row which columns
+it wrote (bitmasks); the parent copies just those (``read_block``) into the result's
+``InfoMap``, which builds per-env dicts only when they are read. ``VectorEnv`` builds
+gymnasium's vector infos from the copied columns directly (``vecsample.vector_infos``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import pickle
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass
+from multiprocessing.sharedctypes import RawArray
+from typing import Any
+
+import numpy as np
+
+#: Bytes per env and table: presence bytes, then values (a few dozen float keys fit).
+ROW_BYTES = 512
+#: The presence bytes at the start of a row; one per column.
+MASK_BYTES = 64
+#: Columns at most: which ones a step wrote travels as a bitmask in one int64 word.
+MAX_COLUMNS = 63
+#: Bytes of the schema log (a column's entry is a short pickle).
+LOG_BYTES = 1 << 16
+STEP, RESET = 0, 1
+#: Keys gymnasium's vector infos treat specially: never columns.
+RESERVED = frozenset({"final_obs", "final_info"})
+_INT64 = (-(2**63), 2**63)
+
+#: (kind, dtype str, shape): the type of a value a column can hold.
+Signature = tuple[type, str, tuple[int, ...]]
+#: (env index in the block, step info, reset info or None), as the worker's loops record them.
+Record = tuple[int, dict[str, Any], "dict[str, Any] | None"]
+
+
+def signature(key: str, value: Any) -> Signature | None:
+    """The column type for ``value``, or None when it must travel pickled."""
+    kind = type(value)
+    if key in RESERVED:
+        return None
+    if kind is float:
+        return float, "<f8", ()
+    if kind is bool:
+        return bool, "|b1", ()
+    if kind is int:
+        return (int, "<i8", ()) if _INT64[0] <= value < _INT64[1] else None
+    if kind is np.ndarray:
+        if value.dtype.kind in "biufc" and 0 < value.nbytes <= ROW_BYTES - MASK_BYTES:
+            return np.ndarray, value.dtype.str, tuple(value.shape)
+        return None
+    if issubclass(kind, np.number):
+        return kind, np.dtype(kind).str, ()
+    return None
+
+
+@dataclass(frozen=True)
+class Column:
+    """One info key's column: where its values sit in a row, and which values it takes."""
+
+    index: int
+    key: str
+    kind: type
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
+
+    def accepts(self) -> Callable[[Any], bool]:
+        """A fast test that a value has exactly this column's type (and fits it)."""
+        kind, dtype, shape = self.kind, self.dtype, self.shape
+        if kind is np.ndarray:
+            return lambda v: type(v) is kind and v.dtype.str == dtype and v.shape == shape
+        if kind is int:
+            return lambda v: type(v) is int and _INT64[0] <= v < _INT64[1]
+        return lambda v: type(v) is kind
+
+    def zero(self) -> Any:
+        return np.zeros(self.shape, self.dtype) if self.shape else 0
+
+    def values(self, rows: np.ndarray) -> np.ndarray:
+        """This column's values in ``rows`` (a (n, ROW_BYTES) uint8 view): (n, *shape)."""
+        raw = rows[:, self.offset:self.offset + self.nbytes]
+        return raw.view(np.dtype(self.dtype)).reshape(len(rows), *self.shape)
+
+    def python(self, values: np.ndarray, idx: np.ndarray) -> list[Any]:
+        """The values at ``idx`` with the type the env gave them (int, float, numpy...)."""
+        if self.kind in (int, float, bool):
+            out: list[Any] = values[idx].tolist()
+            return out
+        return [values[i] for i in idx]
+
+
+class InfoTables:
+    """The tables' and the log's shared memory; created by the parent, pickled to workers."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+        self.raw: Any = RawArray(ctypes.c_uint8, max(2 * num_envs * ROW_BYTES, 1))
+        self.log: Any = RawArray(ctypes.c_uint8, LOG_BYTES)
+
+    def rows(self, table: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Rows [lo, hi) of ``table`` (STEP or RESET) as a (n, ROW_BYTES) uint8 view."""
+        hi = self.num_envs if hi is None else hi
+        full = np.frombuffer(self.raw, dtype=np.uint8, count=2 * self.num_envs * ROW_BYTES)
+        return full.reshape(2, self.num_envs, ROW_BYTES)[table, lo:hi]
+
+    def log_view(self) -> np.ndarray:
+        return np.frombuffer(self.log, dtype=np.uint8)
+
+
+class Schema:
+    """The parent's columns: given out as keys appear, appended to the shared log."""
+
+    def __init__(self, tables: InfoTables) -> None:
+        self.columns: list[Column] = []
+        self._keys: set[str] = set()
+        self._next = MASK_BYTES  # where the next column's values go in a row
+        self._log = tables.log_view()
+        self._log_end = 0
+
+    def propose(self, candidates: dict[str, Signature]) -> bool:
+        """Gives a column to each candidate that fits; whether any was added."""
+        added = False
+        for key, (kind, dtype, shape) in candidates.items():
+            if key in self._keys or len(self.columns) >= MAX_COLUMNS:
+                continue
+            self._keys.add(key)  # a key that does not fit stays pickled: not proposed again
+            offset = -(-self._next // 8) * 8  # 8-byte aligned
+            column = Column(len(self.columns), key, kind, dtype, shape, offset)
+            entry = pickle.dumps((key, kind, dtype, shape, offset), pickle.HIGHEST_PROTOCOL)
+            if offset + column.nbytes > ROW_BYTES or self._log_end + 4 + len(entry) > LOG_BYTES:
+                continue
+            self._log[self._log_end + 4:self._log_end + 4 + len(entry)] = np.frombuffer(
+                entry, dtype=np.uint8)
+            self._log[self._log_end:self._log_end + 4] = np.frombuffer(
+                len(entry).to_bytes(4, "little"), dtype=np.uint8)
+            self._log_end += 4 + len(entry)
+            self._next = offset + column.nbytes
+            self.columns.append(column)
+            added = True
+        return added
+
+
+def read_log(tables: InfoTables, start: int, count: int, pos: int) -> tuple[list[Column], int]:
+    """Columns ``start`` .. ``count - 1`` of the log, read from byte ``pos``; and the next pos."""
+    log = tables.log_view()
+    out = []
+    for index in range(start, count):
+        size = int.from_bytes(bytes(log[pos:pos + 4]), "little")
+        key, kind, dtype, shape, offset = pickle.loads(bytes(log[pos + 4:pos + 4 + size]))
+        out.append(Column(index, key, kind, dtype, shape, offset))
+        pos += 4 + size
+    return out, pos
+
+
+class InfoWriter:
+    """A worker's side: splits its step's info records into columns and leftovers."""
+
+    def __init__(self, tables: InfoTables, lo: int, hi: int) -> None:
+        self.count = hi - lo
+        self.rows = [tables.rows(STEP, lo, hi), tables.rows(RESET, lo, hi)]
+        self.masks = [r[:, :MASK_BYTES].view(np.bool_) for r in self.rows]
+        self.tables = tables
+        self.columns: list[Column] = []
+        self.by_key: dict[str, tuple[Column, Callable[[Any], bool]]] = {}
+        self.views: list[list[np.ndarray]] = [[], []]
+        self._pos = 0
+
+    def sync(self, published: int) -> None:
+        """Reads the columns the parent added since the last step (``published`` in all)."""
+        if published == len(self.columns):
+            return
+        new, self._pos = read_log(self.tables, len(self.columns), published, self._pos)
+        for column in new:
+            self.columns.append(column)
+            self.by_key[column.key] = (column, column.accepts())
+            for t in (STEP, RESET):
+                self.views[t].append(column.values(self.rows[t]))
+
+    def write(self, records: list[Record]) -> tuple[list[Record], dict[str, Signature], int, int]:
+        """Writes what fits into the columns; returns (leftover records, candidate keys, and
+        the bitmasks of the step and reset columns written)."""
+        gathered: list[dict[int, tuple[list[Any], list[bool]]]] = [{}, {}]
+        candidates: dict[str, Signature] = {}
+        leftovers: list[Record] = []
+        for j, info, reset_info in records:
+            left = self._gather(gathered[STEP], j, info, candidates) if info else None
+            left_reset = (self._gather(gathered[RESET], j, reset_info, candidates)
+                          if reset_info else None)
+            if left or left_reset:
+                leftovers.append((j, left or {}, left_reset))
+        return (leftovers, candidates, self._flush(STEP, gathered[STEP]),
+                self._flush(RESET, gathered[RESET]))
+
+    def _gather(self, out: dict[int, tuple[list[Any], list[bool]]], j: int,
+                info: dict[str, Any], candidates: dict[str, Signature]) -> dict[str, Any] | None:
+        left: dict[str, Any] | None = None
+        by_key = self.by_key
+        for key, value in info.items():
+            found = by_key.get(key)
+            if found is not None and found[1](value):
+                slot = out.get(found[0].index)
+                if slot is None:
+                    zero = found[0].zero()
+                    slot = out[found[0].index] = ([zero] * self.count, [False] * self.count)
+                slot[0][j] = value
+                slot[1][j] = True
+                continue
+            if left is None:
+                left = {}
+            left[key] = value
+            if found is None and key not in candidates:
+                sig = signature(key, value)
+                if sig is not None:
+                    candidates[key] = sig
+        return left
+
+    def _flush(self, table: int, gathered: dict[int, tuple[list[Any], list[bool]]]) -> int:
+        """Writes each gathered column whole (values and presence of every env); a column not
+        written this step is not in the bitmask, so its stale rows are never read."""
+        bits = 0
+        for index, (values, present) in gathered.items():
+            self.views[table][index][:] = values
+            self.masks[table][:, index] = present
+            bits |= 1 << index
+        return bits
+
+
+#: One worker's columns of one step: (column, values copy, presence copy), per column written.
+Block = tuple[int, list[tuple[Column, np.ndarray, np.ndarray]]]
+
+
+def read_block(tables: InfoTables, schema: Schema, table: int, lo: int, hi: int,
+               bits: int) -> Block:
+    """Copies the columns named by ``bits`` for rows [lo, hi): the worker may overwrite its
+    rows as soon as it is sent again, the result must not change then."""
+    rows = tables.rows(table, lo, hi)
+    out = []
+    while bits:
+        low = bits & -bits
+        column = schema.columns[low.bit_length() - 1]
+        out.append((column, column.values(rows).copy(), rows[:, column.index].view(np.bool_)
+                    .copy()))
+        bits ^= low
+    return lo, out
+
+
+class InfoMap(MutableMapping[int, dict[str, Any]]):
+    """Infos by global env id, like a dict; built from column copies only when first read.
+
+    ``blocks`` and ``leftovers`` stay readable (``columnar``) until the map is changed, so
+    ``VectorEnv`` can build its vector infos from the columns without per-env dicts."""
+
+    def __init__(self) -> None:
+        self._blocks: list[Block] = []
+        self._left: dict[int, dict[str, Any]] = {}
+        self._dict: dict[int, dict[str, Any]] | None = None
+        self._changed = False
+
+    def add(self, block: Block | None, leftovers: dict[int, dict[str, Any]]) -> None:
+        """Adds one worker's columns and pickled leftovers (by global env id)."""
+        if block is not None and block[1]:
+            self._blocks.append(block)
+        for env, info in leftovers.items():
+            self._left.setdefault(env, {}).update(info)
+        self._dict = None
+
+    def absorb(self, other: InfoMap) -> None:
+        """Adds everything of ``other`` (another worker's envs), still columnar if both are."""
+        if other._changed:
+            self._changed = True
+            self._left.update(other._built())
+        else:
+            self._blocks += other._blocks
+            self._left.update(other._left)
+        self._dict = None
+
+    def columnar(self) -> tuple[list[Block], dict[int, dict[str, Any]]] | None:
+        """(blocks, leftovers), or None once the map was changed (then read it as a dict)."""
+        return None if self._changed else (self._blocks, self._left)
+
+    def _built(self) -> dict[int, dict[str, Any]]:
+        if self._dict is None:
+            self._dict = _materialize(self._blocks, self._left)
+        return self._dict
+
+    def __getitem__(self, env: int) -> dict[str, Any]:
+        return self._built()[env]
+
+    def __setitem__(self, env: int, info: dict[str, Any]) -> None:
+        built = self._built()
+        built[env] = info
+        self._blocks, self._left, self._changed = [], built, True
+
+    def __delitem__(self, env: int) -> None:
+        built = self._built()
+        del built[env]
+        self._blocks, self._left, self._changed = [], built, True
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._built())
+
+    def __repr__(self) -> str:
+        return repr(self._built())
+
+
+def _materialize(blocks: list[Block], left: dict[int, dict[str, Any]],
+                 ) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for lo, columns in blocks:
+        for column, values, present in columns:
+            idx = np.flatnonzero(present)
+            for i, value in zip(idx.tolist(), column.python(values, idx), strict=True):
+                out.setdefault(lo + i, {})[column.key] = value
+    for env, info in left.items():
+        out.setdefault(env, {}).update(info)
+    return dict(sorted(out.items()))

@@ -1,0 +1,326 @@
+"""Recording the arrival order of partial batches, and replaying it bit for bit.
+
+``VecSampler(..., record=path)`` appends one small record per call that decides what the envs
+see (replay_log.py): every ``step_send`` (the worker), every ``step_recv`` (the workers it
+returned, in order), every ``reset`` (the seed, digests of the options and the mask), every
+other command (its kind, a digest of its payload) and every restart (the worker and why).
+
+``VecSampler(..., replay=path)`` runs the same program again: each ``step_recv`` waits (within
+the sampler's deadline) for exactly the recorded workers and returns them in the recorded order,
+whatever their timing and its ``timeout``; a worker that finished but is not in the record stays
+pending for a later call. A restart in the record is made again (the worker respawned, its envs
+re-seeded from the same streams and flagged). Each env's seeds do not depend on the timing
+(seeding.py), so the observations, rewards, flags and infos are the recorded ones, bit for bit,
+given the same policy. The first call that differs from the log raises ``ReplayDivergedError``
+naming it, and every later call raises it again: a replay never goes on silently.
+See docs/semantics.md, "Reproducing an asynchronous run".
+
+The sampler calls one hook per call on its ``log``: ``NoLog`` (nothing recorded, each hook a
+plain return), a ``Recorder`` or a ``Replayer``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from vecsample import errors
+from vecsample.config import SamplerConfig
+from vecsample.protocol import Command
+from vecsample.replay_log import (
+    IDENTITY,
+    LogReader,
+    LogWriter,
+    PathArg,
+    Tag,
+    describe,
+    digest,
+    header,
+    seed_field,
+)
+from vecsample.restart import Restarts
+from vecsample.results import StepResult
+from vecsample.stepping import StepChannel
+
+#: How often (seconds) a recording reaches the file while it runs; it always does on close().
+FLUSH_EVERY = 1.0
+
+Collect = Callable[[list[int], float | None, float | None, bool], list[StepResult]]
+
+
+class NoLog:
+    """The sampler's hooks when nothing is recorded or replayed: each returns at once."""
+
+    def send(self, w: int) -> None:
+        """``step_send(w)``, before anything is sent."""
+
+    def send_all(self) -> None:
+        """``send_all`` (and ``step``), before anything is sent."""
+
+    def collect(self, inner: Collect, pending: list[int], timeout: float | None,
+                deadline: float | None, copy: bool) -> list[StepResult]:
+        """``step_recv``'s collect: ``inner`` chooses the workers (replay chooses them itself)."""
+        return inner(pending, timeout, deadline, copy)
+
+    def delivered(self, results: list[StepResult]) -> list[StepResult]:
+        """``step_recv``'s results, once handed over."""
+        return results
+
+    def reset(self, seed: object, options: object, mask: np.ndarray | None) -> None:
+        """``reset``, before the workers get it."""
+
+    def command(self, command: Command, payload: object) -> None:
+        """``reset_task``, ``call``, ``get_attr``, ``set_attr``, before the workers get it."""
+
+    def close(self) -> None:
+        """The sampler closes: the log is flushed and closed."""
+
+
+NO_LOG = NoLog()
+
+
+def open_log(record: PathArg | None, replay: PathArg | None, config: SamplerConfig,
+             restarts: Restarts, channel: StepChannel) -> NoLog:
+    """The sampler's log: a Recorder, a Replayer, or NO_LOG."""
+    if record is not None and replay is not None:
+        raise errors.ConfigError("record= and replay= were both given; a sampler records a run "
+                                 "or replays one: pass one of them.")
+    if record is not None:
+        return Recorder(record, config, restarts.log)
+    if replay is not None:
+        return Replayer(replay, config, restarts, channel)
+    return NO_LOG
+
+
+class Recorder(NoLog):
+    """Appends a record per call; restarts are written after the call in which they happened."""
+
+    def __init__(self, path: PathArg, config: SamplerConfig,
+                 restart_log: list[tuple[int, str]]) -> None:
+        self._writer = LogWriter(path, header(config))
+        self._restart_log = restart_log
+        self._seen = len(restart_log)
+        self._record = self._writer.record
+        # The hot records, packed once: [SEND, w] for each worker, [SEND_ALL].
+        self._send = [_packed(Tag.SEND, w) for w in range(config.num_workers)]
+        self._send_all = _packed(Tag.SEND_ALL)
+        # [RECV, [w...]] as bytes: the array's head for each length, then one byte per worker,
+        # while msgpack writes a list under 16 entries of ints under 128 that way.
+        self._recv_head = ([bytes((0x92, Tag.RECV, 0x90 | n))
+                            for n in range(config.num_workers + 1)]
+                           if config.num_workers < 16 else [])
+        self._write = self._writer.write
+        self._flush_at = time.monotonic() + FLUSH_EVERY
+
+    def _restarts(self) -> None:
+        if len(self._restart_log) > self._seen:
+            for w, reason in self._restart_log[self._seen:]:
+                self._record(Tag.RESTART, w, reason)
+            self._seen = len(self._restart_log)
+            self._writer.flush()  # rare, and what a crash report needs most
+
+    def send(self, w: int) -> None:
+        if len(self._restart_log) > self._seen:
+            self._restarts()
+        self._write(self._send[w])
+
+    def send_all(self) -> None:
+        if len(self._restart_log) > self._seen:
+            self._restarts()
+        self._write(self._send_all)
+
+    def collect(self, inner: Collect, pending: list[int], timeout: float | None,
+                deadline: float | None, copy: bool) -> list[StepResult]:
+        try:
+            return inner(pending, timeout, deadline, copy)
+        except errors.VecSampleError as exc:  # the results it carries were handed over
+            self._restarts()
+            handed = [r.worker for r in getattr(exc, "results", ())]
+            hung = getattr(exc, "hung_workers", [])
+            self._record(Tag.RECV_ERROR, handed, type(exc).__name__, list(hung))
+            self._writer.flush()
+            raise
+
+    def delivered(self, results: list[StepResult]) -> list[StepResult]:
+        if len(self._restart_log) > self._seen:
+            self._restarts()
+        workers = [r.worker for r in results]
+        if self._recv_head:  # packed by hand: msgpack's fixarray of fixints
+            self._write(self._recv_head[len(workers)] + bytes(workers))  # type: ignore[arg-type]
+        else:
+            self._record(Tag.RECV, workers)
+        now = time.monotonic()
+        if now >= self._flush_at:  # a killed run loses at most the last FLUSH_EVERY seconds
+            self._flush_at = now + FLUSH_EVERY
+            self._writer.flush()
+        return results
+
+    def reset(self, seed: object, options: object, mask: np.ndarray | None) -> None:
+        self._restarts()
+        self._record(Tag.RESET, seed_field(seed), digest(options), digest(mask))
+
+    def command(self, command: Command, payload: object) -> None:
+        self._restarts()
+        self._record(Tag.COMMAND, int(command), digest(payload))
+
+    def close(self) -> None:
+        self._restarts()
+        self._writer.close()
+
+
+def _packed(tag: Tag, *fields: int) -> bytes:
+    data: bytes = msgpack.packb([int(tag), *fields])
+    return data
+
+
+class Replayer(NoLog):
+    """Checks each call against the log and makes step_recv return the recorded workers."""
+
+    def __init__(self, path: PathArg, config: SamplerConfig, restarts: Restarts,
+                 channel: StepChannel) -> None:
+        self._reader = LogReader(path)
+        self.path = self._reader.path
+        self._config = config
+        self._restarts = restarts
+        self._channel = channel
+        self._seen = len(restarts.log)  # restarts of this run accounted for
+        #: The index of the current call (0: the construction), and why replay stopped.
+        self.call = 0
+        self.stopped: errors.ReplayError | None = None
+        self._seeded = config.seed is not None  # once true, every env has a seeded stream
+        self._check_header(header(config))
+
+    def _check_header(self, ours: dict[str, Any]) -> None:
+        theirs = self._reader.header
+        for key in IDENTITY:
+            if theirs.get(key) != ours[key]:
+                self._reader.close()
+                what = f"a VecSampler with {key}={{!r}} (env {{}})"
+                raise errors.ReplayDivergedError(
+                    path=self.path, call=0, expected=what.format(theirs.get(key), theirs["env"]),
+                    got=what.format(ours[key], ours["env"]),
+                    fix="build the sampler as the recorded run did (same envs, workers, seed, "
+                        "autoreset_mode, restart and infos)")
+
+    # --- the log, one call at a time -------------------------------------------------------------
+
+    def _diverged(self, expected: list[Any] | None, got: str) -> errors.ReplayDivergedError:
+        self.stopped = errors.ReplayDivergedError(
+            path=self.path, call=self.call, expected=describe(expected, self._reader.end),
+            got=got)
+        return self.stopped
+
+    def _begin(self) -> None:
+        """A new call: raises if replay stopped, checks restarts made since the last call."""
+        if self.stopped is not None:
+            raise errors.ReplayDivergedError(
+                path=self.path, call=self.call + 1, expected="nothing more (replay stopped)",
+                got="another call", fix=f"replay stopped earlier: {self.stopped}")
+        self.call += 1
+        self._match_restarts()
+
+    def _match_restarts(self) -> None:
+        """Every restart this run made since the last check must be the log's next record."""
+        for w, reason in self._restarts.log[self._seen:]:
+            self._seen += 1
+            record = self._reader.next()
+            if record is None or record[0] != Tag.RESTART or record[1] != w:
+                raise self._diverged(record, f"a restart of worker {w} ({reason})")
+
+    def _expect(self, tag: Tag, *fields: object, got: str) -> list[Any]:
+        self._begin()
+        record = self._reader.next()
+        if record is None or record[0] != tag or (fields and tuple(record[1:]) != fields):
+            raise self._diverged(record, got)
+        return record
+
+    def send(self, w: int) -> None:
+        self._expect(Tag.SEND, w, got=f"step_send({w}, ...)")
+
+    def send_all(self) -> None:
+        self._expect(Tag.SEND_ALL, got="send_all(...) (or step(...))")
+
+    def reset(self, seed: object, options: object, mask: np.ndarray | None) -> None:
+        fields = (seed_field(seed), digest(options), digest(mask))
+        self._expect(Tag.RESET, *fields, got=f"reset(seed={fields[0]!r}, ...) with "
+                     f"{'the same' if fields[1:] == (None, None) else 'other'} options/mask")
+        self._seeded = self._seeded or seed is not None
+        if not self._seeded:  # unseeded envs make other data in every run
+            self.stopped = errors.ReplayUnsupportedError(
+                path=self.path, call=self.call, what="the recorded run reset its envs without "
+                "a seed (seed=None in VecSampler and in reset), so what they returned cannot "
+                "be made again", fix="pass seed= to VecSampler (or to the first reset) and "
+                "record the run again")
+            raise self.stopped
+
+    def command(self, command: Command, payload: object) -> None:
+        self._expect(Tag.COMMAND, int(command), digest(payload),
+                     got=f"{command.name.lower()}(...) (or another payload)")
+
+    def close(self) -> None:
+        self._reader.close()
+
+    # --- step_recv -------------------------------------------------------------------------------
+
+    def collect(self, inner: Collect, pending: list[int], timeout: float | None,
+                deadline: float | None, copy: bool) -> list[StepResult]:
+        self._begin()
+        forced, record = self._recorded_recv(pending)
+        workers: list[int] = record[1]
+        try:
+            got = {w: self._restarts.force(w, reason, copy) for w, reason in forced}
+            self._seen += len(forced)
+            rest = [w for w in workers if w not in got]
+            if rest:
+                got.update((r.worker, r) for r in inner(rest, None, deadline, copy)
+                           if r.worker is not None)
+        except BaseException as exc:  # the log moved on, the call did not: replay stops here
+            self.stopped = errors.ReplayDivergedError(
+                path=self.path, call=self.call, expected=describe(record),
+                got=f"step_recv() raising {type(exc).__name__}: {exc}")
+            raise
+        self._match_restarts()  # a restart the recorded run did not have diverges here
+        results = [got[w] for w in workers]
+        if record[0] == Tag.RECV_ERROR:
+            raise self._recorded_error(record, results, deadline)
+        return results
+
+    def _recorded_recv(self, pending: list[int]) -> tuple[list[tuple[int, str]], list[Any]]:
+        """The restarts recorded in this step_recv, then its RECV record, checked."""
+        forced: list[tuple[int, str]] = []
+        record = self._reader.next()
+        while record is not None and record[0] == Tag.RESTART:
+            forced.append((record[1], record[2]))
+            record = self._reader.next()
+        got = f"step_recv() with workers {pending} pending"
+        if record is None or record[0] not in (Tag.RECV, Tag.RECV_ERROR):
+            raise self._diverged(record, got)
+        expected = set(record[1]) | {w for w, _ in forced}
+        if not expected <= set(pending):
+            raise self._diverged(record, got)
+        if record[0] == Tag.RECV_ERROR and record[2] != "DeadlineExceededError":
+            self.stopped = errors.ReplayUnsupportedError(
+                path=self.path, call=self.call, what=f"the recorded step_recv() raised "
+                f"{record[2]} (a worker died or raised with restart off)", fix="replay stops "
+                "here; record with restart=True to make such failures replayable")
+            raise self.stopped
+        return forced, record
+
+    def _recorded_error(self, record: list[Any], results: Sequence[StepResult],
+                        deadline: float | None) -> errors.DeadlineExceededError:
+        """The recorded run's deadline, raised again with the same results handed over."""
+        self._channel.deliver(list(results))
+        return errors.DeadlineExceededError(hung_workers=list(record[3]), deadline=deadline,
+                                            results=results)
+
+
+def stopped(log: NoLog) -> errors.ReplayError | None:
+    """Why a replay stopped (None: it has not, or ``log`` does not replay)."""
+    return log.stopped if isinstance(log, Replayer) else None
+
+
+__all__ = ["NO_LOG", "NoLog", "Recorder", "Replayer", "open_log", "stopped"]

@@ -1,0 +1,135 @@
+"""gymnasium's vector infos (``info[k]``, ``info["_k"]``) built from info columns, not per env.
+
+``VectorEnv`` hands the step's ``InfoMap``s here. Each key that lives in a column becomes one
+``np.where`` over whole arrays: the step column, or the reset column for the envs reset in this
+step. Only keys that also have pickled values (another type than their column's, a nested
+dict, a string) are built env by env, through gymnasium's own ``_add_info``, so the dtype
+comes from the first env that has the key, as in ``SyncVectorEnv``. The result equals what
+``SyncVectorEnv`` returns, value for value and dtype for dtype (tests/test_info_columns.py);
+only the order of the keys may differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from vecsample.infos import Block, Column, InfoMap
+from vecsample.protocol import AutoresetMode
+
+#: gymnasium's ``VectorEnv._add_info(vector_infos, env_info, env_num)``.
+AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
+#: key -> (its column, values of every env (zeros where absent), presence of every env).
+Full = dict[str, tuple[Column, np.ndarray, np.ndarray]]
+
+
+def _full(blocks: list[Block], n: int) -> Full:
+    """Every block's columns placed at their envs' rows, one array per key."""
+    out: Full = {}
+    for lo, columns in blocks:
+        for column, values, present in columns:
+            if column.key not in out:
+                out[column.key] = (column, np.zeros((n, *column.shape), column.dtype),
+                                   np.zeros(n, dtype=bool))
+            _, full, mask = out[column.key]
+            full[lo:lo + len(values)] = values
+            mask[lo:lo + len(values)] = present
+    return out
+
+
+def _pick(use_b: np.ndarray, a: tuple[Column, np.ndarray, np.ndarray] | None,
+          b: tuple[Column, np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per env, ``b``'s value where ``use_b``, else ``a``'s (zeros and False where absent)."""
+    some = a if a is not None else b
+    assert some is not None
+    column, like, _ = some
+    zeros, none = np.zeros_like(like), np.zeros(len(use_b), dtype=bool)
+    va, ma = (a[1], a[2]) if a is not None else (zeros, none)
+    vb, mb = (b[1], b[2]) if b is not None else (zeros, none)
+    shape = (-1, *([1] * len(column.shape)))
+    mask = np.where(use_b, mb, ma)
+    return np.where(mask.reshape(shape), np.where(use_b.reshape(shape), vb, va), zeros), mask
+
+
+def _merge(infos: dict[str, Any], use_b: np.ndarray, a: Full, b: Full,
+           left: dict[int, dict[str, Any]], add_info: AddInfo) -> dict[str, Any]:
+    """Columns of ``a`` (``b`` where ``use_b``) plus the pickled ``left`` per env."""
+    slow = {key for info in left.values() for key in info}
+    for key in a.keys() | b.keys():
+        pa, pb = a.get(key), b.get(key)
+        if pa is not None and pb is not None and (pa[0].dtype, pa[0].shape) != (
+                pb[0].dtype, pb[0].shape):
+            slow.add(key)
+        if key in slow:
+            continue
+        values, mask = _pick(use_b, pa, pb)
+        if mask.any():
+            infos[key], infos[f"_{key}"] = values, mask
+    if slow:
+        infos = _by_env(infos, slow, use_b, a, b, left, add_info)
+    return infos
+
+
+def _by_env(infos: dict[str, Any], keys: set[str], use_b: np.ndarray, a: Full, b: Full,
+            left: dict[int, dict[str, Any]], add_info: AddInfo) -> dict[str, Any]:
+    """``keys`` built env by env with gymnasium's ``_add_info``, in env order."""
+    for i in range(len(use_b)):
+        source = b if use_b[i] else a
+        info = {}
+        for key in keys:
+            found = source.get(key)
+            if found is not None and found[2][i]:
+                info[key] = found[0].python(found[1], np.array([i]))[0]
+        info.update(left.get(i, {}))
+        if info:
+            infos = add_info(infos, info, i)
+    return infos
+
+
+def build(step: InfoMap, reset: InfoMap, mode: AutoresetMode, has_final: np.ndarray,
+          final_obs: Callable[[int], Any], add_info: AddInfo) -> dict[str, Any] | None:
+    """The vector infos of one step of every env, or None when a map is no longer columnar
+    (something changed it, a restart for one): then the caller builds them env by env."""
+    s, r = step.columnar(), reset.columnar()
+    if s is None or r is None:
+        return None
+    same_step = mode is AutoresetMode.SAME_STEP
+    if not (s[0] or s[1] or r[0] or r[1] or (same_step and has_final.any())):
+        return {}  # no info at all this step (CartPole's common case): nothing to build
+    n = len(has_final)
+    s_full, r_full = _full(s[0], n), _full(r[0], n)
+    if mode is AutoresetMode.SAME_STEP:
+        use_reset = has_final
+    elif mode is AutoresetMode.NEXT_STEP:  # a reset step has no step info: its reset info wins
+        use_reset = np.zeros(n, dtype=bool)
+        for _, mask in ((c, m) for c, _, m in r_full.values()):
+            use_reset |= mask
+        use_reset[list(r[1])] = True
+    else:
+        use_reset = np.zeros(n, dtype=bool)
+    left = {i: (r[1].get(i, {}) if use_reset[i] else s[1].get(i, {}))
+            for i in set(s[1]) | set(r[1])}
+    infos: dict[str, Any] = {}
+    if mode is AutoresetMode.SAME_STEP and has_final.any():
+        infos = _finals(infos, s_full, s[1], has_final, final_obs, add_info)
+    return _merge(infos, use_reset, s_full, r_full, {i: v for i, v in left.items() if v},
+                  add_info)
+
+
+def _finals(infos: dict[str, Any], s_full: Full, s_left: dict[int, dict[str, Any]],
+            ended: np.ndarray, final_obs: Callable[[int], Any], add_info: AddInfo,
+            ) -> dict[str, Any]:
+    """SAME_STEP's ``final_obs`` and ``final_info`` of the envs that ended in this step."""
+    idx = np.flatnonzero(ended)
+    obs = np.full(len(ended), None, dtype=object)
+    for i in idx:
+        obs[i] = final_obs(int(i))
+    only_ended = {key: (c, v, m & ended) for key, (c, v, m) in s_full.items()}
+    none = np.zeros(len(ended), dtype=bool)
+    final_info = _merge({}, none, only_ended, {},
+                        {int(i): s_left[int(i)] for i in idx if s_left.get(int(i))}, add_info)
+    infos["final_obs"], infos["_final_obs"] = obs, ended.copy()
+    infos["final_info"], infos["_final_info"] = final_info, ended.copy()
+    return infos
