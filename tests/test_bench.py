@@ -50,7 +50,8 @@ def test_tiny_run_writes_json_of_the_right_shape(tmp_path, capsys, without_optio
     assert {"cpu", "cores", "versions", "commit", "command"} <= set(data["meta"])
     rows = {r["backend"]: r for r in data["results"]}
     assert list(rows) == bench.DEFAULT_BACKENDS == [
-        n for n in bench_backends.BACKENDS if n != "vecsample_partial_record"]
+        n for n in bench_backends.BACKENDS
+        if n not in ("vecsample_partial_record", "vector_one", "hosted")]
     for name in ("bare", "machine", "vecsample", "vecsample_partial", "vector_env", "sync",
                  "async"):
         row = rows[name]
@@ -182,3 +183,28 @@ def test_record_adds_the_recording_row_after_the_partial_one_and_its_cost(tmp_pa
     printed = capsys.readouterr().out
     assert "VecSampler partial batches (timeout 0.5 ms) + record" in printed
     assert f"recording {sorted(ratios)[0] / 2 + sorted(ratios)[1] / 2:.3f}× partial" in printed
+
+
+def test_vectorization_measures_hosted_vector_envs_beside_one_process(tmp_path, capsys,
+                                                                      without_optional):
+    out = tmp_path / "bench.json"
+    argv = [*TINY, "--vectorization", "vector_entry_point", "--latency-steps", "0",
+            "--json", str(out)]
+    assert bench.run(parse(argv)) == 0
+    rows = {r["backend"]: r for r in json.loads(out.read_text())["results"]}
+    assert list(rows) == list(bench_backends.HOSTED_BACKENDS)
+    for name in ("bare", "machine", "vector_one", "hosted"):
+        assert rows[name]["skipped"] is None and rows[name]["steps_per_s"] > 0, name
+    assert rows["hosted"]["layout"] == "2 × 2" and rows["vector_one"]["layout"] == "1 × 4"
+    assert "envpool is not installed" in rows["envpool"]["skipped"]
+    assert "CartPole-v1, 4 envs: hosted " in capsys.readouterr().out
+
+
+def test_vectorization_defaults_and_an_env_without_a_batched_form():
+    default = bench.configs(parse(["--cores", "2", "--vectorization", "vector_entry_point"]))
+    assert [(c.env_id, c.num_envs) for c in default] == [
+        ("CartPole-v1", 64), ("CartPole-v1", 512), ("CartPole-v1", 4096), ("HalfCheetah-v5", 64)]
+    cheetah = bench_backends.Config("HalfCheetah-v5", 2, 1, 1, 0.0, "none")
+    for name in ("hosted", "vector_one"):
+        with pytest.raises(bench_backends.Unavailable, match="no vector entry point"):
+            bench_backends.BACKENDS[name][1](cheetah)

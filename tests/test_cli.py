@@ -109,3 +109,15 @@ def test_lane_cost_experiment_prints_every_lane():
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if "(" in line]
     assert [r.split(" (")[0] for r in rows] == ["shared", "pickled", "mixed"], proc.stdout
+
+
+def test_hosted_cost_experiment_reports_every_worker(tmp_path):
+    out = tmp_path / "cost.json"
+    proc = subprocess.run([sys.executable, "experiments/hosted_cost.py", "--num-envs", "8",
+                           "--workers", "2", "--seconds", "0.1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    cost = json.loads(out.read_text())
+    assert len(cost["worker_user_us"]) == 2 and cost["wall_us"] > 0 and cost["worker_step_us"] > 0
+    assert "one block stepped in this process" in proc.stdout

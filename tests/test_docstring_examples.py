@@ -18,6 +18,7 @@ DOCUMENTED = [
     "vecsample.vector_env.make_vec",
     "vecsample.train.rollout.Rollout",
     "vecsample.sampler.VecSampler",
+    "vecsample.hosted.HostedVector",
 ]
 
 

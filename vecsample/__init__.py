@@ -1,11 +1,13 @@
 """vecsample: fast, hang-free multiprocess sampling of gymnasium environments.
 
 The public surface, re-exported here: ``VecSampler`` (the core), ``VectorEnv`` and ``make_vec``
-(the gymnasium adapter), ``StepResult``, ``AutoresetMode``, ``EnvMaker`` and the ``errors``
-module. torch is never imported by ``import vecsample``.
+(the gymnasium adapter), ``StepResult``, ``AutoresetMode``, ``EnvMaker``, ``HostedVector`` (one
+batch-native vector env per worker) and the ``errors`` module. torch is never imported by
+``import vecsample``.
 """
 
 from vecsample import errors
+from vecsample.hosted import HostedVector
 from vecsample.protocol import AutoresetMode
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler
@@ -14,6 +16,7 @@ from vecsample.vector_env import VectorEnv, make_vec
 __all__ = [
     "AutoresetMode",
     "EnvMaker",
+    "HostedVector",
     "StepResult",
     "VecSampler",
     "VectorEnv",

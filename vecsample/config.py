@@ -20,6 +20,7 @@ from typing import Any
 import gymnasium as gym
 
 from vecsample.errors import ConfigError
+from vecsample.hosted import HostedVector
 from vecsample.protocol import AutoresetMode, EnvFn
 from vecsample.seeding import check_seed
 from vecsample.startup import AUTO, resolve_context
@@ -92,7 +93,7 @@ class SamplerConfig:
     @classmethod
     def build(
         cls,
-        env_fns: Sequence[EnvFn] | str,
+        env_fns: Sequence[EnvFn] | str | HostedVector,
         *,
         num_envs: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
@@ -111,7 +112,7 @@ class SamplerConfig:
         uneven_split: bool = False,
         startup_deadline: float | None = STARTUP_DEADLINE,
     ) -> SamplerConfig:
-        fns = env_factories(env_fns, num_envs, env_kwargs)
+        fns = env_factories(env_fns, num_envs, env_kwargs, check_mode(autoreset_mode))
         workers = check_workers(num_workers, len(fns), uneven_split)
         return cls(
             env_fns=tuple(fns),
@@ -156,9 +157,21 @@ def check_seconds(value: Any, name: str) -> float | None:
 
 
 def env_factories(
-    env_fns: Sequence[EnvFn] | str, num_envs: int | None, env_kwargs: dict[str, Any] | None
+    env_fns: Sequence[EnvFn] | str | HostedVector, num_envs: int | None,
+    env_kwargs: dict[str, Any] | None, mode: AutoresetMode = AutoresetMode.SAME_STEP,
 ) -> list[EnvFn]:
-    """One factory per env: ``env_fns`` as given, or ``num_envs`` makers of an env id."""
+    """One factory per env: ``env_fns`` as given, ``num_envs`` makers of an env id, or the
+    ``num_envs`` rows of a hosted vector env autoresetting in ``mode``."""
+    if isinstance(env_fns, HostedVector):
+        if None not in (num_envs, env_fns.num_envs) and num_envs != env_fns.num_envs:
+            raise ConfigError(f"num_envs={num_envs} but HostedVector(num_envs="
+                              f"{env_fns.num_envs}); give it once.")
+        count = check_int(env_fns.num_envs if num_envs is None else num_envs, "num_envs",
+                          fix="with a HostedVector pass num_envs=<int>")
+        if env_kwargs:
+            raise ConfigError("env_kwargs is only used with an env id; pass a HostedVector's "
+                              "keyword arguments as HostedVector(..., kwargs={...}).")
+        return list(env_fns.slots(count, mode))
     if isinstance(env_fns, str):
         count = check_int(num_envs, "num_envs", fix=f"with an env id ({env_fns!r}) pass "
                           "num_envs=<int>")

@@ -69,6 +69,31 @@ class ResetMaskError(ConfigError, TypeError):
     ``TypeError`` (not an array, not bool), as gymnasium raises one or the other."""
 
 
+class HostedEnvError(ConfigError):
+    """A hosted vector env (``vecsample.HostedVector``) cannot honour what was asked: a per-env
+    feature (``reset_task``, ``set_attr``), a space or a mode it does not have."""
+
+    def __init__(self, *, feature: str, reason: str, fix: str) -> None:
+        super().__init__(f"{feature} with a hosted vector env: {reason}; {fix}.")
+        self.feature = feature
+        self.reason = reason
+        self.fix = fix
+
+
+class AutoresetMismatchError(HostedEnvError):
+    """The hosted vector env autoresets in another mode than the sampler reports."""
+
+    def __init__(self, *, env: str, env_mode: str, sampler_mode: str) -> None:
+        super().__init__(
+            feature=f"autoreset_mode={sampler_mode!r}",
+            reason=f"{env} autoresets in mode {env_mode!r} (its metadata['autoreset_mode'])",
+            fix=f"pass autoreset_mode={env_mode!r} to the sampler, or host an env built for "
+            f"{sampler_mode!r}",
+        )
+        self.env_mode = env_mode
+        self.sampler_mode = sampler_mode
+
+
 class EnvFactoryError(VecSampleError, RuntimeError):
     """An env factory could not be pickled, raised while building, or built mismatched spaces."""
 
@@ -237,7 +262,8 @@ class WorkerError(VecSampleError, RuntimeError):
 
     @staticmethod
     def _format(worker: int, env: int | None, command: str, exc_type: str, message: str) -> str:
-        return f"env {env} in worker {worker} raised {exc_type} during {command}: {message}"
+        where = f"worker {worker}" if env is None else f"env {env} in worker {worker}"
+        return f"{where} raised {exc_type} during {command}: {message}"
 
     @property
     def reason(self) -> str:

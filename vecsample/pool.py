@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from vecsample import errors
+from vecsample import errors, hosted
 from vecsample.config import SamplerConfig
 from vecsample.handshake import FUTEX, Bell
 from vecsample.protocol import OK_MESSAGE, Command, ErrorReport, Reply, WorkerState, WorkerStates
@@ -126,7 +126,7 @@ class WorkerPool:
         lo, hi = self.config.bounds(w)
         parent_end, child_end = self._ctx.Pipe(duplex=True)
         fns = self.config.env_fns[lo:hi]
-        if self.config.context != "fork":  # only fork passes them without pickling
+        if self.config.context != "fork" and not hosted.is_hosted(fns):  # see HostedSlot
             fns = tuple(PickledFactory(fn) for fn in fns)
         others = [c for i, c in enumerate(self.conns) if i != w]
         affinity = self.config.cpu_affinity[w]
@@ -287,6 +287,7 @@ class WorkerPool:
     def each_env(self, command: Command, payload: Callable[[int, int], object],
                  limit: float | None, heal: Callable[[list[int]], None] | None) -> list[Any]:
         """``command`` to every worker with ``payload(lo, hi)`` of its block; one result per env."""
+        hosted.check_command(self.config.env_fns, command)
         workers = range(self.config.num_workers)
         replies = self.request_or_heal(
             command, workers, lambda w: payload(*self.config.bounds(w)), limit, heal)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vecsample import errors, handshake, signals
+from vecsample import errors, handshake, hosted, signals
 from vecsample.commands import EnvCommands
 from vecsample.config import (
     DEFAULT_CONTEXT,
@@ -33,6 +33,7 @@ from vecsample.config import (
     usable_cores,
 )
 from vecsample.handshake import HandshakeState
+from vecsample.hosted import HostedVector
 from vecsample.pool import WorkerPool
 from vecsample.protocol import AutoresetMode, EnvFn, Space, WorkerState
 from vecsample.replay import NO_LOG, NoLog, open_log
@@ -52,9 +53,9 @@ class VecSampler(EnvCommands):
     """N worker processes, each stepping a contiguous block of ``num_envs // num_workers`` envs.
 
     Args:
-        env_fns: one factory per env (each called in a worker), or a registered env id
-            (then ``num_envs`` is required). Under ``spawn``/``forkserver`` factories must be
-            picklable (module-level functions, ``functools.partial``).
+        env_fns: one factory per env (each called in a worker), a registered env id (then
+            ``num_envs`` is required), or a ``HostedVector``: one batch-native vector env per
+            worker for its whole block (``num_envs`` here or in it; docs/semantics.md).
         num_envs: with an env id, how many envs; with factories, optional, must match.
         env_kwargs: keyword arguments for ``gym.make`` with an env id.
         num_workers: worker processes; must divide the number of envs, unless
@@ -109,7 +110,7 @@ class VecSampler(EnvCommands):
 
     def __init__(
         self,
-        env_fns: Sequence[EnvFn] | str,
+        env_fns: Sequence[EnvFn] | str | HostedVector,
         *,
         num_envs: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
@@ -340,6 +341,8 @@ class VecSampler(EnvCommands):
 def _probe_spaces(
     env_fn: EnvFn, obs: Space | None, act: Space | None
 ) -> tuple[Space, Space]:
+    if hosted.is_hosted([env_fn]):  # a hosted block: checked here, at construction
+        return hosted.probe_spaces(env_fn, obs, act)
     if obs is None or act is None:
         try:
             env = env_fn()

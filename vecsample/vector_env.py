@@ -20,8 +20,9 @@ import numpy as np
 from gymnasium import logger, spaces
 from gymnasium.vector.utils import batch_space
 
-from vecsample import errors, vector_infos
-from vecsample.config import check_int, env_factories
+from vecsample import errors, hosted, vector_infos
+from vecsample.config import check_int, check_mode, env_factories
+from vecsample.hosted import HostedVector
 from vecsample.protocol import AutoresetMode, EnvFn, Space
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler, usable_cores
@@ -94,7 +95,7 @@ class VectorEnv(gym.vector.VectorEnv):
 
     def __init__(
         self,
-        env_fns: Sequence[EnvFn],
+        env_fns: Sequence[EnvFn] | HostedVector,
         num_workers: int | None = None,
         *,
         shared_memory: bool = True,
@@ -108,7 +109,7 @@ class VectorEnv(gym.vector.VectorEnv):
         **sampler_kwargs: Any,
     ) -> None:
         _check_options(worker, observation_mode, daemon)
-        fns = env_factories(env_fns, None, None)
+        fns = _factories(env_fns, autoreset_mode, sampler_kwargs)
         obs_space, act_space, probed = _probe(fns, sampler_kwargs)
         if shared_memory:
             _check_shared_memory(obs_space)
@@ -331,6 +332,12 @@ class VectorEnv(gym.vector.VectorEnv):
 # --- constructor helpers -------------------------------------------------------------------------
 
 
+def _factories(env_fns: Sequence[EnvFn] | HostedVector, mode: Any,
+               kwargs: dict[str, Any]) -> list[EnvFn]:
+    """One factory per env; a HostedVector takes ``num_envs`` (popped from ``kwargs``)."""
+    return env_factories(env_fns, kwargs.pop("num_envs", None), None, check_mode(mode))
+
+
 def _check_options(worker: Any, observation_mode: Any, daemon: Any) -> None:
     """Refuses the AsyncVectorEnv options vecsample's workers cannot honour; warns on daemon."""
     if worker is not None:
@@ -363,6 +370,8 @@ def _probe(
     """The spaces (``kwargs``' own, else env 0's) and, if env 0 was built here, its metadata
     and render_mode; pops ``observation_space``/``action_space`` from ``kwargs``."""
     obs, act = kwargs.pop("observation_space", None), kwargs.pop("action_space", None)
+    if hosted.is_hosted(fns):  # probed like VecSampler's; metadata read in a worker
+        return (*hosted.probe_spaces(fns[0], obs, act), None)
     if obs is not None and act is not None:
         return obs, act, None
     try:
@@ -584,12 +593,13 @@ def make_vec(
     autoreset_mode: str | Any = AutoresetMode.NEXT_STEP,
     copy: bool = True,
     env_kwargs: dict[str, Any] | None = None,
+    vectorization: str | None = None,
     **sampler_kwargs: Any,
 ) -> VectorEnv:
     """``gymnasium.make_vec`` for vecsample: ``num_envs`` copies of ``env_id`` in workers.
 
-    Each env is the picklable ``EnvMaker(env_id, env_kwargs)``. Unlike gymnasium's, there is no
-    ``vectorization_mode``, ``vector_kwargs`` or ``wrappers``: wrap envs in a factory of your own.
+    Each env is the picklable ``EnvMaker(env_id, env_kwargs)``. There is no ``vector_kwargs`` or
+    ``wrappers``: wrap envs in a factory of your own.
 
     Args:
         env_id: A registered gymnasium id (``vecsample.envs`` ids register on first use).
@@ -598,6 +608,7 @@ def make_vec(
         autoreset_mode: As for :class:`VectorEnv` (``NEXT_STEP`` by default).
         copy: As for :class:`VectorEnv` (``False``: views of shared memory).
         env_kwargs: Keyword arguments for every ``gymnasium.make`` call (not ``**kwargs``).
+        vectorization: ``"vector_entry_point"`` or ``"sync"``: one vector env per worker.
         **sampler_kwargs: Passed on to :class:`VectorEnv` (``shared_memory``, ``deadline``, ...).
 
     Raises:
@@ -612,7 +623,16 @@ def make_vec(
         array([1., 1.])
         >>> envs.close()
     """
+    fns = _make_vec_fns(env_id, num_envs, dict(env_kwargs or {}), vectorization)
+    return VectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, copy=copy, **sampler_kwargs)
+
+
+def _make_vec_fns(env_id: str, num_envs: object, kwargs: dict[str, Any],
+                  vectorization: str | None) -> list[EnvFn] | HostedVector:
+    """make_vec's envs: ``num_envs`` makers of ``env_id`` or, with ``vectorization``, one
+    vector env per worker (``HostedVector``, docs/benchmarks.md "Past the bare loop")."""
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise errors.ConfigError(f"num_envs must be an int >= 1, got {num_envs!r}.")
-    fns = [EnvMaker(env_id, dict(env_kwargs or {}))] * num_envs
-    return VectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, copy=copy, **sampler_kwargs)
+    if vectorization is not None:
+        return HostedVector(env_id, vectorization, kwargs, num_envs=num_envs)
+    return [EnvMaker(env_id, kwargs)] * num_envs

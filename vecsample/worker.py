@@ -27,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vecsample import hosted
 from vecsample.errors import EnvFactoryError, EnvOutputError
 from vecsample.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
 from vecsample.infos import InfoWriter, Signature
@@ -219,6 +220,7 @@ class _Worker:
                          AutoresetMode.NEXT_STEP: functools.partial(_step_all_next, self),
                          AutoresetMode.DISABLED: functools.partial(_step_all_disabled, self)}
         self.step_all = loops[spec.autoreset_mode]
+        self.host: hosted.Host | None = None  # a hosted vector env (hosted.py), set by build()
         self.side = self._side()
         self.write_obs = _obs_writer(spec.buffers, self.views.obs_leaves)
         # The loops hand each observation to put_obs(j, obs) and call flush_obs(count) at the
@@ -242,7 +244,8 @@ class _Worker:
 
     def build(self) -> bool:
         try:
-            for j, env_fn in enumerate(self.spec.env_fns):
+            self.host = hosted.attach(self)  # one vector env for the block, or None
+            for j, env_fn in enumerate(() if self.host else self.spec.env_fns):
                 self.current_env = j
                 self.envs.append(env_fn())
             _check_spaces(self.envs, self.spec.buffers, self)
@@ -327,6 +330,9 @@ class _Worker:
             self.conn.send_bytes(pickle.dumps((Reply.ERROR, report)))
 
     def _close_envs(self) -> None:
+        if self.host is not None:
+            with contextlib.suppress(Exception):
+                self.host.close()
         for env in self.envs:
             # One env failing to close must not stop the others from closing.
             with contextlib.suppress(Exception):

@@ -30,11 +30,13 @@ from typing import Any
 
 from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
+from vecsample.hosted import VECTORIZATIONS
 from vecsample.protocol import AutoresetMode
 from vecsample.sampler import usable_cores
 from vecsample.tools import compare, efficiency
 from vecsample.tools.bench_backends import (
     BACKENDS,
+    HOSTED_BACKENDS,
     Backend,
     Config,
     Unavailable,
@@ -45,9 +47,12 @@ from vecsample.tools.bench_backends import (
 
 #: The partial-batch row recording a replay log: measured only with --record.
 RECORD_ROW = "vecsample_partial_record"
-DEFAULT_BACKENDS = [name for name in BACKENDS if name != RECORD_ROW]
+DEFAULT_BACKENDS = [name for name in BACKENDS
+                    if name != RECORD_ROW and name not in ("vector_one", "hosted")]
 #: Env counts per env id when --num-envs is not given (the targets of issue 4).
 DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64]}
+#: With --vectorization: the counts of issue 18 (a batch pays more the larger it is).
+HOSTED_COUNTS = {"CartPole-v1": [64, 512, 4096], "HalfCheetah-v5": [64]}
 VERSIONED = ("vecsample", "numpy", "gymnasium", "mujoco", "torch", "stable_baselines3",
              "envpool")
 
@@ -92,13 +97,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vecsample workers (default: the cores)")
     parser.add_argument("--cores", type=int, default=None,
                         help="bare loops at once for the machine limit (default: usable cores)")
-    parser.add_argument("--backends", nargs="+", default=DEFAULT_BACKENDS,
-                        choices=list(BACKENDS), metavar="NAME",
-                        help="the rows to measure, in this order: " + ", ".join(BACKENDS)
-                        + f" (default: all but {RECORD_ROW})")
+    parser.add_argument("--backends", nargs="+", default=None, choices=list(BACKENDS),
+                        metavar="NAME", help="the rows to measure, in this order: "
+                        + ", ".join(BACKENDS) + " (default: " + ", ".join(DEFAULT_BACKENDS)
+                        + "; with --vectorization: " + ", ".join(HOSTED_BACKENDS) + ")")
     parser.add_argument("--record", action="store_true",
                         help=f"add the row {RECORD_ROW} (partial batches recording a replay log) "
                         "after the partial row, and the cost of recording against it")
+    parser.add_argument("--vectorization", choices=VECTORIZATIONS, default=None,
+                        help="measure hosted vector envs (one batch-native vector env per "
+                        "worker) against the same vector env in one process, EnvPool and the "
+                        "bare loop, at 64, 512 and 4096 CartPole envs by default")
     parser.add_argument("--policy", choices=["none", "mlp"], default="none",
                         help="none: pre-sampled actions; mlp: a 64×64 torch MLP in the parent")
     parser.add_argument("--timeout", type=float, default=0.0005,
@@ -117,20 +126,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def configs(args: argparse.Namespace) -> list[Config]:
-    """One Config per (env id, env count), checked (--record adds its row to the backends)."""
+    """One Config per (env id, env count), checked (--record adds its row to the backends;
+    without --backends, --vectorization picks the hosted rows)."""
+    if args.backends is None:
+        args.backends = list(HOSTED_BACKENDS if getattr(args, "vectorization", None)
+                             else DEFAULT_BACKENDS)
     if getattr(args, "record", False) and RECORD_ROW not in args.backends:
         at = args.backends.index("vecsample_partial") + 1 if (
             "vecsample_partial" in args.backends) else len(args.backends)
         args.backends = [*args.backends[:at], RECORD_ROW, *args.backends[at:]]
     cores = args.cores or usable_cores()
     workers = args.workers or cores
+    hosted = getattr(args, "vectorization", None)
+    counts = HOSTED_COUNTS if hosted else DEFAULT_COUNTS
     out = []
     if args.sleep_env < 0:
         raise ConfigError(name="--sleep-env", expected="seconds >= 0", got=args.sleep_env,
                           fix="give the sleep per worker batch, e.g. 0.0005")
     envs = [f"sleep {args.sleep_env * 1e3:g} ms"] if args.sleep_env else args.envs
     for env_id in envs:
-        for n in args.num_envs or DEFAULT_COUNTS.get(env_id, [64]):
+        for n in args.num_envs or counts.get(env_id, [64]):
             for name, parts in (("workers", workers), ("cores", cores)):
                 if parts < 1 or n % parts:
                     raise ConfigError(
@@ -138,7 +153,7 @@ def configs(args: argparse.Namespace) -> list[Config]:
                         f"multiple of {parts}."
                     )
             out.append(Config(env_id, n, workers, cores, args.timeout, args.policy,
-                              args.sleep_env))
+                              args.sleep_env, hosted or "vector_entry_point"))
     if args.repeats < 1 or args.seconds <= 0:
         raise ConfigError(f"--repeats must be >= 1 and --seconds > 0, got {args.repeats}, "
                           f"{args.seconds}.")
@@ -153,7 +168,7 @@ def layout(name: str, cfg: Config) -> str:
         return f"{cfg.cores} × {cfg.envs_per_core}"
     if name in ("async", "sb3"):
         return f"{cfg.num_envs} × 1"
-    if name == "sync":
+    if name in ("sync", "vector_one"):
         return f"1 × {cfg.num_envs}"
     if name == "envpool":
         return f"{cfg.cores} threads"
@@ -334,7 +349,8 @@ def _commit() -> str | None:
 
 #: Row names where BACKENDS' label is too long for the table (the JSON keeps the label).
 SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSampler partial",
-         RECORD_ROW: "VecSampler partial + record"}
+         RECORD_ROW: "VecSampler partial + record", "vector_one": "vector env, 1 process",
+         "hosted": "VecSampler hosted vector envs"}
 HEADER = ("backend", "layout", "steps/s", "× bare", "× machine", "CPU µs", "CPU eff")
 #: The second block of a group: vecsample's rows, their U and E, the parent's µs per batch.
 PARENT_HEADER = ("vecsample row", "mode", "U", "E", "send", "wait", "return", "outside",
@@ -438,6 +454,8 @@ def conclusion(rows: list[Row], timeout: float | None) -> str:
     by = {r.backend: r for r in rows if r.steps_per_s}
     full, part = by.get("vecsample"), by.get("vecsample_partial")
     head = f"{rows[0].env}, {rows[0].num_envs} envs: "
+    if "hosted" in by:
+        return head + _hosted_conclusion(by)
     if full and part and full.steps_per_s and part.steps_per_s:
         which = f"partial ({compare.milliseconds(timeout or 0.0)})"
         x = part.steps_per_s / full.steps_per_s
@@ -468,15 +486,25 @@ def recording_cost(rows: list[Row]) -> str:
             f"{min(ratios):.3f}–{max(ratios):.3f})")
 
 
+def _hosted_conclusion(by: dict[str, Row]) -> str:
+    """``hosted 1.62× the vector env in one process, 11.3× EnvPool``: issue 18's ratios."""
+    hosted = by["hosted"].steps_per_s or 0.0
+    parts = [f"hosted {hosted / (by[name].steps_per_s or 1.0):.2f}× {what}"
+             for name, what in (("vector_one", "the vector env in one process"),
+                                ("envpool", "EnvPool"), ("bare", "the bare loop"))
+             if name in by]
+    return ", ".join(parts)
+
+
 def render(rows: list[Row], lat: dict[str, Any] | None, timeout: float | None) -> str:
     """Everything ``vecsample bench`` prints: the table, the round trip, and one line per
     (env, env count) saying which batches won and by how much."""
     out = [table(rows, timeout)]
     if lat is not None:
         out += ["", f"Round trip step_send + step_recv, 1 worker × 1 env ({lat['env']}): "
-                f"median {lat['median_us']:.1f} µs",
-                f"  p10 {lat['p10_us']:.1f} µs, p90 {lat['p90_us']:.1f} µs; the env step in the "
-                f"worker: {lat['env_step_us']:.1f} µs"]
+                f"median {lat['median_us']:,.1f} µs",
+                f"  p10 {lat['p10_us']:,.1f} µs, p90 {lat['p90_us']:,.1f} µs; the env step in the "
+                f"worker: {lat['env_step_us']:,.1f} µs"]
     return "\n".join([*out, "", *(conclusion(g, timeout) for g in _groups(rows).values())])
 
 

@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample.config import EnvMaker
+from vecsample.hosted import HostedVector
 from vecsample.sampler import VecSampler
 from vecsample.testing import sleep_fns
 from vecsample.tools.compare import sampling_loop
@@ -53,6 +54,8 @@ class Config:
     #: > 0: the sleep-env scenario (testing.SleepEnv): one sleep of this many seconds per
     #: worker batch, no CPU used by the envs; ``env_id`` is then only a label.
     sleep: float = 0.0
+    #: gymnasium.make_vec's mode for the hosted rows ("vector_entry_point" or "sync").
+    vectorization: str = "vector_entry_point"
 
     @property
     def envs_per_worker(self) -> int:
@@ -185,13 +188,15 @@ class BareLoops:
 class Sampler:
     """VecSampler in the loop of ``vecsample compare``: full (timeout None) or partial batches."""
 
-    def __init__(self, cfg: Config, timeout: float | None, record: bool = False) -> None:
+    def __init__(self, cfg: Config, timeout: float | None, record: bool = False,
+                 sampler: VecSampler | None = None) -> None:
         # record: every recv appended to a replay log (bench --record measures what it costs).
         self._logs = tempfile.TemporaryDirectory() if record else None
         path = None if self._logs is None else os.path.join(self._logs.name, "run.vsreplay")
         # infos on: the default path (issue 15); their numeric values travel in shared memory.
-        self.sampler = VecSampler(_fns(cfg) if cfg.sleep else cfg.env_id, num_envs=cfg.num_envs,
-                                  num_workers=cfg.workers, record=path)
+        self.sampler = sampler or VecSampler(_fns(cfg) if cfg.sleep else cfg.env_id,
+                                             num_envs=cfg.num_envs, num_workers=cfg.workers,
+                                             record=path)
         self.timeout = timeout
         s = self.sampler
         self.policy = make_policy(cfg.policy, s.single_observation_space, s.single_action_space,
@@ -356,6 +361,31 @@ def _envpool(cfg: Config) -> Backend:
     return GymnasiumStyle(env, cfg, seeded=True)
 
 
+def _batched(cfg: Config) -> None:
+    """Raises Unavailable for an env that has no batched form to host."""
+    spec = gym.spec(cfg.env_id)
+    if cfg.vectorization == "vector_entry_point" and spec.vector_entry_point is None:
+        raise Unavailable(f"{cfg.env_id} has no vector entry point in gymnasium "
+                          f"{gym.__version__} (no batched MuJoCo env is available here); "
+                          f"--vectorization sync hosts a SyncVectorEnv per worker instead")
+
+
+def _hosted(cfg: Config) -> Backend:
+    """VecSampler with one vector env per worker (NextStep: CartPole's entry point's mode)."""
+    _batched(cfg)
+    # infos off, as in the run of docs/benchmarks.md (CartPole's vector infos are empty).
+    sampler = VecSampler(HostedVector(cfg.env_id, cfg.vectorization), num_envs=cfg.num_envs,
+                         num_workers=cfg.workers, infos=False, autoreset_mode="NextStep")
+    return Sampler(cfg, None, sampler=sampler)
+
+
+def _vector_one(cfg: Config) -> Backend:
+    """The same vector env as the hosted rows' in this process, all envs in one batch."""
+    _batched(cfg)
+    env = gym.make_vec(cfg.env_id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization)
+    return GymnasiumStyle(env, cfg)
+
+
 #: name -> (label, builder). The order is the table's.
 BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "bare": ("bare loop, 1 process", lambda c: _bare(c, 1)),
@@ -373,7 +403,12 @@ BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "async": ("gymnasium AsyncVectorEnv (shared memory)", _no_sleep(_async)),
     "sb3": ("SB3 SubprocVecEnv", _no_sleep(_sb3)),
     "envpool": ("EnvPool (C++ envs)", _no_sleep(_envpool)),
+    "vector_one": ("gymnasium make_vec (the hosted rows' vector env), 1 process",
+                   _no_sleep(_vector_one)),
+    "hosted": ("vecsample VecSampler, one hosted vector env per worker", _no_sleep(_hosted)),
 }
+#: The rows of --vectorization ("Past the bare loop", docs/benchmarks.md).
+HOSTED_BACKENDS = ("bare", "machine", "vector_one", "hosted", "envpool")
 
 
 # --- latency ---------------------------------------------------------------------------------

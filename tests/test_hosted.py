@@ -1,0 +1,284 @@
+"""Hosted vector envs (vecsample/hosted.py): one batch-native VectorEnv per worker.
+
+The differential tests step the same vector env in this process, block by block, with the seeds
+the sampler derives, and require bit-identical results; a second set requires a hosted
+``SyncVectorEnv`` to give exactly what the bare loop gives for the same envs and seed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vecsample
+from vecsample import HostedVector, VecSampler, errors
+from vecsample.seeding import env_seeds
+from vecsample.testing import CountingEnv, RaisingEnv
+
+N, W = 16, 2
+B = N // W
+
+
+def counting_sync(num_envs: int, mode: str = "NextStep", length: int = 7) -> gym.vector.VectorEnv:
+    """A SyncVectorEnv of CountingEnvs with infos (their noise comes from each env's seed)."""
+    env_fn = functools.partial(CountingEnv, length=length, info=True)
+    return gym.vector.SyncVectorEnv([env_fn] * num_envs,
+                                    autoreset_mode=gym.vector.AutoresetMode(mode))
+
+
+def raising_sync(num_envs: int) -> gym.vector.VectorEnv:
+    """Every env raises at its third step."""
+    return gym.vector.SyncVectorEnv([functools.partial(RaisingEnv, at_step=3)] * num_envs)
+
+
+def cartpole(num_envs: int) -> gym.vector.VectorEnv:
+    return gym.make_vec("CartPole-v1", num_envs=num_envs,
+                        vectorization_mode="vector_entry_point")
+
+
+def actions_for(space: gym.Space[Any], steps: int, seed: int = 1) -> list[np.ndarray]:
+    space.seed(seed)
+    return [np.asarray(space.sample()) for _ in range(steps)]
+
+
+# --- bit-identical to the hosted env stepped here ------------------------------------------------
+
+
+def test_cartpole_entry_point_matches_the_same_vector_env_stepped_in_process(make_sampler):
+    sampler = make_sampler(HostedVector("CartPole-v1"), num_envs=N, num_workers=W, seed=7,
+                           autoreset_mode="NextStep", infos=False)
+    seeds = env_seeds(7, N)
+    # CartPoleVectorEnv has one generator per batch: it is seeded with its block's first seed.
+    blocks = [cartpole(B) for _ in range(W)]
+    expected_obs = np.concatenate([env.reset(seed=seeds[w * B])[0] for w, env in
+                                   enumerate(blocks)])
+    obs, _ = sampler.reset()
+    np.testing.assert_array_equal(obs, expected_obs)
+    ends = 0
+    for action in actions_for(gym.spaces.MultiDiscrete([2] * N), 300):
+        result = sampler.step(action)
+        parts = [env.step(action[w * B:(w + 1) * B]) for w, env in enumerate(blocks)]
+        for i, name in enumerate(("obs", "rewards", "terminated", "truncated")):
+            np.testing.assert_array_equal(getattr(result, name),
+                                          np.concatenate([p[i] for p in parts]), err_msg=name)
+        ends += int(result.terminated.sum())
+    assert ends > 20  # the autoresets were exercised
+    for env in blocks:
+        env.close()
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_a_hosted_sync_vector_env_matches_it_in_process_with_per_env_seeds(make_sampler, mode):
+    sampler = make_sampler(HostedVector(functools.partial(counting_sync, mode=mode)),
+                           num_envs=N, num_workers=W, seed=3, autoreset_mode=mode)
+    seeds = env_seeds(3, N)
+    blocks = [counting_sync(B, mode) for _ in range(W)]
+    for w, env in enumerate(blocks):
+        env.reset(seed=seeds[w * B:(w + 1) * B])  # the block's per-env seeds, as a list
+    sampler.reset()
+    compared = 0
+    for action in actions_for(gym.spaces.MultiDiscrete([4] * N), 40):
+        result = sampler.step(action)
+        for w, env in enumerate(blocks):
+            rows = slice(w * B, (w + 1) * B)
+            obs, rewards, terminated, truncated, infos = env.step(action[rows])
+            np.testing.assert_array_equal(result.obs[rows], obs)
+            np.testing.assert_array_equal(result.rewards[rows], rewards)
+            np.testing.assert_array_equal(result.terminated[rows], terminated)
+            np.testing.assert_array_equal(result.truncated[rows], truncated)
+            noises = _noises(infos, B)
+            got = [result.infos.get(w * B + j, {}).get("noise") for j in range(B)]
+            assert got == noises  # drawn from each env's own seeded generator
+            compared += sum(x is not None for x in noises)
+            if mode == "SameStep":
+                ended = np.flatnonzero(infos.get("_final_obs", np.zeros(B, bool)))
+                np.testing.assert_array_equal(np.flatnonzero(result.has_final_obs[rows]), ended)
+                for j in ended:
+                    np.testing.assert_array_equal(result.final_obs[w * B + j],
+                                                  infos["final_obs"][j])
+    assert compared > N * 20
+    for env in blocks:
+        env.close()
+
+
+def _noises(infos: dict[str, Any], count: int) -> list[float | None]:
+    """Each env's info ``noise`` of one vector step (a SameStep end's is in final_info)."""
+    out: list[float | None] = [None] * count
+    for part in (infos, infos.get("final_info", {})):
+        for j in np.flatnonzero(part.get("_noise", np.zeros(count, bool))):
+            out[j] = float(part["noise"][j])
+    return out
+
+
+# --- hosting changes nothing: the same envs in the bare loop -------------------------------------
+
+
+def _trajectory(sampler: VecSampler, steps: int) -> list[tuple[Any, ...]]:
+    obs, reset_infos = sampler.reset(seed=11)
+    out: list[tuple[Any, ...]] = [(obs.copy(), reset_infos)]
+    for action in actions_for(sampler.single_action_space, steps):
+        r = sampler.step(np.full(sampler.num_envs, action), copy=True)
+        final = np.where(r.has_final_obs[:, None], r.final_obs, 0.0)
+        out.append((r.obs, r.rewards, r.terminated, r.truncated, r.has_final_obs, final,
+                    r.infos, r.reset_infos))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_a_hosted_sync_vector_env_steps_exactly_like_the_bare_loop(make_sampler, mode):
+    bare = make_sampler([functools.partial(CountingEnv, length=7, info=True)] * N,
+                        num_workers=2 * W, autoreset_mode=mode)  # another split: same data
+    hosted = make_sampler(HostedVector(functools.partial(counting_sync, mode=mode)),
+                          num_envs=N, num_workers=W, autoreset_mode=mode)
+    expected, got = _trajectory(bare, 20), _trajectory(hosted, 20)
+    for k, (a, b) in enumerate(zip(expected, got, strict=True)):
+        for x, y in zip(a, b, strict=True):
+            if isinstance(x, np.ndarray):
+                np.testing.assert_array_equal(y, x, err_msg=f"step {k}")
+            else:
+                assert y == x, f"step {k}"
+
+
+def test_a_partial_reset_of_a_hosted_sync_vector_env_resets_only_the_masked_rows(make_sampler):
+    sampler = make_sampler(HostedVector(counting_sync), num_envs=N, num_workers=W,
+                           autoreset_mode="NextStep")
+    sampler.reset(seed=0)
+    sampler.step(np.ones(N, dtype=np.int64))
+    mask = np.zeros(N, dtype=bool)
+    mask[[1, B + 2]] = True
+    obs, infos = sampler.reset(mask=mask)
+    assert obs[:, 1].tolist() == [0.0 if m else 1.0 for m in mask]  # t: back to 0 where reset
+    assert [bool(info) for info in infos] == mask.tolist()  # episode_index, reset rows only
+
+
+# --- partial batches -----------------------------------------------------------------------------
+
+
+def test_partial_batches_of_hosted_workers_lose_and_repeat_nothing(make_sampler):
+    sampler = make_sampler(HostedVector(functools.partial(counting_sync, length=10_000)),
+                           num_envs=N, num_workers=W, infos=False, autoreset_mode="NextStep")
+    sampler.reset(seed=0)
+    sent = [0] * W
+    ones = np.ones(B, dtype=np.int64)
+    for w in range(W):
+        sampler.step_send(w, ones)
+        sent[w] += 1
+    received = [0] * W
+    for _ in range(200):
+        for r in sampler.step_recv(timeout=0.0):
+            received[r.worker] += 1
+            # t counts the steps this worker's envs took since the reset: none lost or doubled
+            assert r.obs[:, 1].tolist() == [float(received[r.worker])] * B
+            sampler.step_send(r.worker, ones)
+            sent[r.worker] += 1
+    for r in sampler.step_recv(None):
+        received[r.worker] += 1
+    assert received == sent
+
+
+# --- failures, restarts, refusals ----------------------------------------------------------------
+
+
+def test_a_hosted_env_that_raises_is_a_worker_error_naming_the_worker(make_sampler):
+    sampler = make_sampler(HostedVector(raising_sync), num_envs=N, num_workers=W,
+                           autoreset_mode="NextStep")
+    sampler.reset(seed=0)
+    actions = np.zeros(B, dtype=np.int64)
+    for _ in range(2):
+        sampler.step_send(1, actions)
+        sampler.step_recv(None)
+    sampler.step_send(1, actions)
+    with pytest.raises(errors.WorkerError) as info:
+        sampler.step_recv(None)
+    assert (info.value.worker, info.value.env, info.value.exc_type) == (1, None, "RuntimeError")
+    assert str(info.value).startswith("worker 1 raised RuntimeError during STEP")
+    assert "injected failure in step 3" in info.value.remote_traceback
+
+
+def test_a_hosted_worker_that_raises_restarts_reseeded_and_flagged(make_sampler):
+    sampler = make_sampler(HostedVector(raising_sync), num_envs=N, num_workers=W,
+                           restart=True, seed=0, autoreset_mode="NextStep")
+    sampler.reset()
+    actions = np.zeros(N, dtype=np.int64)
+    for _ in range(2):
+        assert not sampler.step(actions).restarted.any()
+    result = sampler.step(actions)  # both hosted envs raise at their third step
+    assert result.restarted.all() and result.truncated.all()
+    assert result.obs[:, 1].tolist() == [0.0] * N  # rebuilt and reset
+    assert len(sampler.restart_log) == W
+
+
+def test_an_autoreset_mode_the_hosted_env_does_not_have_is_refused_at_construction():
+    with pytest.raises(errors.AutoresetMismatchError, match="pass autoreset_mode='NextStep'"):
+        VecSampler(HostedVector("CartPole-v1"), num_envs=4, num_workers=1,
+                   autoreset_mode="SameStep")
+
+
+def test_disabled_is_refused_at_construction_since_a_batch_steps_every_row():
+    with pytest.raises(errors.HostedEnvError, match="cannot stay frozen"):
+        VecSampler(HostedVector(functools.partial(counting_sync, mode="Disabled")),
+                   num_envs=4, num_workers=1, autoreset_mode="Disabled")
+
+
+def test_a_partial_reset_is_refused_by_an_env_that_cannot_reset_part_of_its_batch(
+        make_sampler):
+    sampler = make_sampler(HostedVector("CartPole-v1"), num_envs=4, num_workers=1,
+                           autoreset_mode="NextStep")
+    sampler.reset(seed=0)
+    with pytest.raises(errors.WorkerError, match=r"HostedEnvError.*cannot reset part"):
+        sampler.reset(mask=np.array([True, False, True, True]))
+
+
+@pytest.mark.parametrize("call", [lambda s: s.reset_task([None] * 4),
+                                  lambda s: s.set_attr("length", 3)])
+def test_per_env_commands_are_refused_before_anything_is_sent(make_sampler, call: Callable[
+        [VecSampler], Any]):
+    sampler = make_sampler(HostedVector(counting_sync), num_envs=4, num_workers=1,
+                           autoreset_mode="NextStep")
+    with pytest.raises(errors.HostedEnvError, match="no per-env setter"):
+        call(sampler)
+    sampler.reset(seed=0)  # the worker is still fine
+    assert sampler.get_attr("num_envs") == [4] * 4  # the hosted env's own attribute, per row
+
+
+def test_hosted_spaces_and_arguments_are_checked():
+    with pytest.raises(errors.ConfigError, match="num_envs"):
+        VecSampler(HostedVector("CartPole-v1"))
+    with pytest.raises(errors.HostedEnvError, match="vectorization='async'"):
+        HostedVector("CartPole-v1", "async")
+    with pytest.raises(errors.EnvFactoryError, match="make\\(1\\) raised"):
+        VecSampler(HostedVector("NoSuchEnv-v0"), num_envs=2)
+
+
+def test_make_vec_hosts_the_entry_point_under_forkserver_with_a_lambda(make_vector_env):
+    env = make_vector_env(HostedVector(lambda n: cartpole(n)), 2, num_envs=8,
+                          context="forkserver")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (8, 4) and env.metadata["autoreset_mode"].value == "NextStep"
+    assert env.step(np.ones(8, dtype=np.int64))[1].tolist() == [1.0] * 8
+    made = vecsample.make_vec("CartPole-v1", 8, 2, vectorization="vector_entry_point")
+    try:
+        assert made.reset(seed=0)[0].shape == (8, 4)
+    finally:
+        made.close()
+
+
+def test_make_vec_hosting_sync_vector_envs_returns_what_one_sync_vector_env_returns(
+        make_vector_env):
+    ours = make_vector_env(HostedVector("CartPole-v1", "sync", num_envs=N), W)
+    theirs = gym.make_vec("CartPole-v1", num_envs=N, vectorization_mode="sync")
+    try:
+        np.testing.assert_array_equal(ours.reset(seed=5)[0], theirs.reset(seed=5)[0])
+        for action in actions_for(ours.action_space, 120):
+            a, b = ours.step(action), theirs.step(action)
+            for x, y, name in zip(a[:4], b[:4], ("obs", "rewards", "terminated", "truncated"),
+                                  strict=True):
+                np.testing.assert_array_equal(x, y, err_msg=name)
+            assert a[4].keys() == b[4].keys()
+    finally:
+        theirs.close()

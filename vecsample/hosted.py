@@ -1,0 +1,411 @@
+"""Hosted vector envs: a worker steps one batch-native gymnasium ``VectorEnv`` for its block.
+
+``HostedVector`` stands in a sampler's ``env_fns``: each worker then builds one vector env of its
+block's size (a gymnasium vector entry point such as CartPole's, a ``SyncVectorEnv``, a numpy or
+JAX batched env) instead of one env per row, steps it once per batch and copies each field into
+its rows of shared memory with one copy per field. Everything around the step is the sampler's
+as before: the handshake, partial batches, restarts, seeding, infos (docs/benchmarks.md, "Past
+the bare loop"; docs/semantics.md).
+
+What a hosted env cannot honour is refused with a ``HostedEnvError``: an autoreset mode other
+than the env's own, ``Disabled`` and pickled (variable-shape) spaces, at construction;
+``reset_task`` and ``set_attr`` (per env) before anything is sent; ``reset(mask=...)`` of part of
+a block, in the worker, unless the env can reset part of its batch (``SyncVectorEnv``, or
+``supports_reset_mask = True``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+
+from vecsample.errors import (
+    AutoresetMismatchError,
+    EnvFactoryError,
+    EnvOutputError,
+    HostedEnvError,
+)
+from vecsample.protocol import AutoresetMode, Command, InfoRecord, ResetReply, Space
+from vecsample.spaces import leaves, unflatten
+
+if TYPE_CHECKING:
+    from vecsample.worker import _Worker
+
+#: Builds a batch of ``num_envs`` envs: ``fn(num_envs) -> gymnasium.vector.VectorEnv``.
+VectorEnvFn = Callable[[int], gym.vector.VectorEnv]
+#: ``gymnasium.make_vec``'s vectorization modes a worker can host ("async" would start
+#: processes inside a worker, which a worker never does).
+VECTORIZATIONS = ("vector_entry_point", "sync")
+#: gymnasium's vector info keys for the SAME_STEP autoreset's final step.
+_FINAL_KEYS = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})
+
+
+@dataclass(frozen=True)
+class HostedVector:
+    """One batch-native vector env per worker, in place of its block of single envs.
+
+    Args:
+        make: a registered env id (built with ``gymnasium.make_vec``), or a callable
+            ``make(num_envs) -> gymnasium.vector.VectorEnv``; it is called once per worker with
+            that worker's block size (and once with 1 in the parent, to read the spaces).
+        vectorization: with an env id, ``gymnasium.make_vec``'s ``vectorization_mode``:
+            ``"vector_entry_point"`` (the env's own batched implementation) or ``"sync"``.
+        kwargs: with an env id, keyword arguments for ``gymnasium.make_vec``.
+        num_envs: the envs of all workers together, if the sampler is not given ``num_envs``.
+
+    Example:
+        >>> import numpy as np
+        >>> from vecsample import HostedVector, VecSampler
+        >>> with VecSampler(HostedVector("CartPole-v1"), num_envs=8, num_workers=2,
+        ...                 autoreset_mode="NextStep", seed=0) as sampler:
+        ...     obs, _ = sampler.reset()
+        ...     print(obs.shape, sampler.step(np.zeros(8, dtype=np.int64)).rewards.sum())
+        (8, 4) 8.0
+    """
+
+    make: str | VectorEnvFn
+    vectorization: str = "vector_entry_point"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    num_envs: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.make, str):
+            if self.vectorization not in VECTORIZATIONS:
+                raise HostedEnvError(
+                    feature=f"vectorization={self.vectorization!r}",
+                    reason=f"a worker hosts one of {list(VECTORIZATIONS)}",
+                    fix="use 'vector_entry_point' where the env has one, else 'sync'")
+        elif not callable(self.make):
+            raise HostedEnvError(feature=f"make={self.make!r}", reason="it is neither an env "
+                                 "id nor a callable", fix="pass an env id or fn(num_envs)")
+
+    def build(self, num_envs: int, mode: AutoresetMode) -> gym.vector.VectorEnv:
+        """A vector env of ``num_envs`` envs (``"sync"`` is built in the sampler's ``mode``)."""
+        if not isinstance(self.make, str):
+            return self.make(num_envs)
+        if self.make not in gym.registry and importlib.util.find_spec("vecsample.envs"):
+            importlib.import_module("vecsample.envs")  # registers the meta-RL task envs
+        extra: dict[str, Any] = {}
+        if self.vectorization == "sync":
+            extra["vector_kwargs"] = {"autoreset_mode": gym.vector.AutoresetMode(mode.value)}
+        return gym.make_vec(self.make, num_envs=num_envs, vectorization_mode=self.vectorization,
+                            **extra, **self.kwargs)
+
+    def slots(self, count: int, mode: AutoresetMode) -> list[HostedSlot]:
+        """``count`` env factories that stand for this hosted env (one object, once pickled)."""
+        return [HostedSlot(self, mode)] * count
+
+
+class HostedSlot:
+    """One row of a hosted block in ``env_fns``; the worker builds one vector env for all its
+    rows. Pickled through cloudpickle (``make`` may be a lambda), once per worker: the rows of
+    a block are the same object."""
+
+    def __init__(self, hosted: HostedVector, mode: AutoresetMode) -> None:
+        self.hosted = hosted
+        self.mode = mode
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        raise HostedEnvError(feature="building one env", reason="a hosted vector env is built "
+                             "once per worker, for the whole block", fix="use the sampler")
+
+    def __getstate__(self) -> bytes:
+        return cloudpickle.dumps((self.hosted, self.mode))  # type: ignore[no-any-return]
+
+    def __setstate__(self, state: bytes) -> None:
+        self.hosted, self.mode = cloudpickle.loads(state)
+
+    def build(self, num_envs: int) -> gym.vector.VectorEnv:
+        """The block's vector env, checked: its size and its autoreset mode."""
+        if self.mode is AutoresetMode.DISABLED:
+            raise HostedEnvError(
+                feature="autoreset_mode='Disabled'", reason="a vector env steps its whole batch, "
+                "so rows that ended cannot stay frozen while the others step (gymnasium's "
+                "vector envs refuse to step them)", fix="use 'NextStep' or 'SameStep', as the "
+                "env supports, or single envs (env_fns)")
+        env = self.hosted.build(num_envs, self.mode)
+        got = getattr(env, "num_envs", None)
+        if got != num_envs:
+            env.close()
+            raise HostedEnvError(feature="num_envs", reason=f"asked for {num_envs} envs, the "
+                                 f"vector env has {got}", fix="build num_envs envs in make()")
+        mode = AutoresetMode(_env_mode(env).value)
+        if mode is not self.mode:
+            env.close()
+            raise AutoresetMismatchError(env=_name(env), env_mode=mode.value,
+                                         sampler_mode=self.mode.value)
+        return env
+
+
+def is_hosted(env_fns: Sequence[Any]) -> bool:
+    """Whether ``env_fns`` are the slots of a hosted vector env."""
+    return bool(env_fns) and isinstance(env_fns[0], HostedSlot)
+
+
+def probe_spaces(slot: Any, obs: Space | None, act: Space | None) -> tuple[Space, Space]:
+    """The single spaces of a hosted env, read from a vector env of 1 built here; what the
+    hosted env cannot honour is refused now, at construction."""
+    assert isinstance(slot, HostedSlot)
+    try:
+        env = slot.build(1)
+    except HostedEnvError:
+        raise
+    except Exception as exc:
+        raise EnvFactoryError(f"the hosted vector env's make(1) raised {type(exc).__name__}: "
+                              f"{exc}; fix it (it is called once in the parent to read the "
+                              f"spaces and the autoreset mode).") from exc
+    try:
+        obs = env.single_observation_space if obs is None else obs
+        act = env.single_action_space if act is None else act
+    finally:
+        env.close()
+    pickled = [leaf.name for space in (obs, act) for leaf in leaves(space) if not leaf.shared]
+    if pickled:
+        raise HostedEnvError(feature=f"the spaces {obs} / {act}", reason=f"leaves {pickled} have "
+                             "no fixed shape", fix="host envs of fixed-shape spaces only")
+    return obs, act
+
+
+def check_command(env_fns: Sequence[Any], command: Command) -> None:
+    """Refuses, before anything is sent, a per-env command a hosted vector env cannot run."""
+    if is_hosted(env_fns) and command in (Command.RESET_TASK, Command.SET_ATTR):
+        raise refusal(command)
+
+
+def refusal(command: Command) -> HostedEnvError:
+    return HostedEnvError(
+        feature=command.name.lower(), reason="the envs of a block live in one vector env, "
+        "which has no per-env setter", fix="build the variations into make(), or use single "
+        "envs (env_fns) for per-env tasks")
+
+
+# --- the worker's side ---------------------------------------------------------------------------
+
+
+def attach(worker: _Worker) -> Host | None:
+    """For a hosted block, builds its vector env and gives the worker its step loop and
+    commands; None (and nothing changed) for a block of single envs."""
+    if not is_hosted(worker.spec.env_fns):
+        return None
+    host = Host(worker)
+    worker.step_all = host.step_all
+    worker.handlers.update(host.handlers)
+    return host
+
+
+class Host:
+    """The vector env of one worker's block, with its step loop and commands."""
+
+    def __init__(self, worker: _Worker) -> None:
+        spec = worker.spec
+        slot = spec.env_fns[0]
+        assert isinstance(slot, HostedSlot)
+        self.count, self.views, self.infos = worker.count, worker.views, spec.infos
+        self.mode, self.write_final = spec.autoreset_mode, worker.write_final
+        self.env = slot.build(self.count)
+        _check_spaces(self.env, spec.buffers.observation_space, spec.buffers.action_space)
+        views = self.views.action_leaves
+        self.actions = unflatten(spec.buffers.action_space, iter(views))  # batched, in shm
+        self.ended = np.zeros(self.count, dtype=bool)  # NEXT_STEP: reset at the next step
+        self.seed_list = _takes_seed_list(self.env)
+        self.masks = _masks_resets(self.env)
+        self.after_step = (self._same_step if self.mode is AutoresetMode.SAME_STEP
+                           else self._next_step)
+        self.handlers: dict[Command, Callable[[Any], Any]] = {
+            Command.RESET: self.reset, Command.CALL: self.call, Command.GET_ATTR: self.get_attr,
+            Command.RESET_TASK: self.refuse(Command.RESET_TASK),
+            Command.SET_ATTR: self.refuse(Command.SET_ATTR)}
+
+    def step_all(self, _: Sequence[Any], records: list[InfoRecord]) -> None:
+        """One step of the whole block; the worker's own actions list is not needed."""
+        obs, rewards, terminated, truncated, infos = self.env.step(self.actions)
+        self.after_step(obs, (rewards, terminated, truncated), infos, records)
+
+    def _next_step(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
+                   records: list[InfoRecord]) -> None:
+        """NEXT_STEP: the env resets the rows that ended last step; their infos are resets'."""
+        v = self.views
+        _put_obs(v.obs_leaves, obs, self.views)
+        _put_scalars(v, scalars)
+        if self.infos:
+            split = _split(infos, self.count)
+            records += [(j, {}, split.pop(j, {})) for j in np.flatnonzero(self.ended).tolist()]
+            records += [(j, info, None) for j, info in sorted(split.items()) if info]
+        np.logical_or(v.terminated, v.truncated, out=self.ended)
+
+    def _same_step(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
+                   records: list[InfoRecord]) -> None:
+        """SAME_STEP: rows that ended are already reset; their last observation and info come
+        in ``infos["final_obs"]`` and ``infos["final_info"]`` (gymnasium's convention)."""
+        v = self.views
+        _put_obs(v.obs_leaves, obs, v)
+        _put_scalars(v, scalars)
+        np.logical_or(v.terminated, v.truncated, out=v.has_final_obs)
+        ended = np.flatnonzero(v.has_final_obs)
+        final_obs = infos.get("final_obs")
+        for e in ended.tolist():
+            if final_obs is None or not infos.get("_final_obs", v.has_final_obs)[e]:
+                raise EnvOutputError(
+                    f"env {e} of the hosted vector env ended but infos['final_obs'] has no "
+                    f"entry for it; a SameStep vector env must return each ended env's last "
+                    f"observation there (gymnasium's convention).")
+            self.write_final(e, final_obs[e])
+        if self.infos:
+            finals = _split(infos.get("final_info", {}), self.count)
+            rest = _split({k: x for k, x in infos.items() if k not in _FINAL_KEYS}, self.count)
+            records += [(j, finals.get(j, {}), rest.pop(j, {})) for j in ended.tolist()]
+            records += [(j, info, None) for j, info in sorted(rest.items()) if info]
+
+    def reset(self, payload: tuple[list[Any], Any, Any]) -> ResetReply:
+        """Resets the block (the rows of ``mask``) with the block's seeds."""
+        seeds, options, mask = payload
+        partial = mask is not None and not bool(np.all(mask))
+        if partial:
+            if not self.masks:
+                raise HostedEnvError(
+                    feature="reset(mask=...) of part of a block", reason=f"{_name(self.env)} "
+                    "cannot reset part of its batch", fix="reset whole blocks, or host a "
+                    "SyncVectorEnv or an env with supports_reset_mask = True")
+            options = {**(options or {}), "reset_mask": np.array(mask, dtype=bool)}
+        seed: Any = self._seed(seeds)  # gymnasium's VectorEnv annotates only int seeds
+        obs, infos = self.env.reset(seed=seed, options=options)
+        v = self.views
+        _put_obs(v.obs_leaves, obs, v)
+        rows = np.ones(self.count, bool) if mask is None else np.asarray(mask, bool)
+        for flags in (v.terminated, v.truncated, v.has_final_obs, v.restarted, self.ended):
+            flags[rows] = False
+        split = _split(infos, self.count)
+        return [(j, split.get(j, {})) for j in np.flatnonzero(rows).tolist()], None
+
+    def _seed(self, seeds: Sequence[int | None]) -> int | list[int | None] | None:
+        """The block's per-env seeds as a list, for an env whose reset takes one; else the
+        first env's seed (an env with one generator for the whole batch)."""
+        if all(s is None for s in seeds):
+            return None
+        if self.seed_list:
+            return list(seeds)
+        return next(s for s in seeds if s is not None)
+
+    def call(self, payload: tuple[str, tuple[Any, ...], dict[str, Any]]) -> list[Any]:
+        """``name`` of the vector env, called once if callable; the same value for each row."""
+        name, args, kwargs = payload
+        attr = getattr(self.env, name)
+        return [attr(*args, **kwargs) if callable(attr) else attr] * self.count
+
+    def get_attr(self, name: str) -> list[Any]:
+        return [getattr(self.env, name)] * self.count
+
+    def close(self) -> None:
+        self.env.close()
+
+    @staticmethod
+    def refuse(command: Command) -> Callable[[Any], Any]:
+        """A handler for a command the parent already refuses (check_command): never silent."""
+        def handler(_: Any) -> Any:
+            raise refusal(command)
+        return handler
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _put_obs(views: list[np.ndarray], obs: Any, all_views: Any) -> None:
+    """One copy per observation leaf; the batch must have each leaf's exact shape."""
+    parts = [obs] if len(views) == 1 and not isinstance(obs, (dict, tuple)) else _leaves_of(
+        all_views.obs, obs)
+    for view, part in zip(views, parts, strict=True):
+        arr = np.asarray(part)
+        if arr.shape != view.shape:
+            raise EnvOutputError(
+                f"the hosted vector env returned observations of shape {arr.shape}, expected "
+                f"{view.shape} (the block's envs times the leaf's shape); nothing is broadcast.")
+        np.copyto(view, arr, casting="unsafe")
+
+
+def _leaves_of(template: Any, value: Any) -> list[Any]:
+    """``value``'s leaves in the order of ``template`` (the nested views of the space)."""
+    if isinstance(template, dict):
+        return [x for k in template for x in _leaves_of(template[k], value[k])]
+    if isinstance(template, tuple):
+        return [x for i, t in enumerate(template) for x in _leaves_of(t, value[i])]
+    return [value]
+
+
+def _put_scalars(v: Any, scalars: tuple[Any, Any, Any]) -> None:
+    """Rewards, terminated and truncated: one copy each, of shape (block size,)."""
+    for view, value, name in zip((v.rewards, v.terminated, v.truncated), scalars,
+                                 ("rewards", "terminated", "truncated"), strict=True):
+        arr = np.asarray(value)
+        if arr.shape != view.shape:
+            raise EnvOutputError(
+                f"the hosted vector env returned {name} of shape {arr.shape}, expected "
+                f"{view.shape}; return one value per env of the batch.")
+        np.copyto(view, arr, casting="unsafe")
+
+
+def _split(infos: dict[str, Any], count: int) -> dict[int, dict[str, Any]]:
+    """gymnasium's vector infos (``key`` with its mask ``_key``) as one info dict per env,
+    sparse: only the envs that have one (a step of empty infos costs nothing per env)."""
+    out: dict[int, dict[str, Any]] = {}
+    for key, value in infos.items():
+        if key.startswith("_") and key[1:] in infos:
+            continue  # a mask
+        mask = infos.get(f"_{key}")
+        rows = range(count) if mask is None else np.flatnonzero(mask).tolist()
+        if isinstance(value, dict):
+            parts = _split(value, count)
+            for j in rows:
+                if j in parts or mask is not None:
+                    out.setdefault(j, {})[key] = parts.get(j, {})
+            continue
+        per_env = isinstance(value, np.ndarray) and value.shape[:1] == (count,)
+        for j in rows:
+            out.setdefault(j, {})[key] = value[j] if per_env else value
+    return out
+
+
+def _check_spaces(env: gym.vector.VectorEnv, obs: Space, act: Space) -> None:
+    for what, got, expected in (("observation", env.single_observation_space, obs),
+                                ("action", env.single_action_space, act)):
+        if got != expected:
+            raise HostedEnvError(feature=f"single_{what}_space", reason=f"this worker's vector "
+                                 f"env has {got}, the sampler {expected}", fix="build the "
+                                 "same spaces for every block size")
+
+
+def _env_mode(env: gym.vector.VectorEnv) -> Any:
+    """The vector env's autoreset mode (gymnasium's default, NEXT_STEP, when it names none)."""
+    mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    return gym.vector.AutoresetMode(getattr(mode, "value", mode))
+
+
+def _takes_seed_list(env: gym.vector.VectorEnv) -> bool:
+    """Whether ``reset`` takes a list of per-env seeds: gymnasium's own vector envs do; another
+    env says so in the annotation of its ``seed`` parameter (``list[int | None]``...)."""
+    if isinstance(env.unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+        return True
+    try:
+        param = inspect.signature(env.reset).parameters.get("seed")
+    except (TypeError, ValueError):
+        return False
+    note = "" if param is None else str(param.annotation)
+    return "list" in note or "Sequence" in note
+
+
+def _masks_resets(env: gym.vector.VectorEnv) -> bool:
+    """Whether ``reset(options={"reset_mask": m})`` resets only the rows of ``m``."""
+    unwrapped = env.unwrapped
+    return isinstance(unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)) or bool(
+        getattr(unwrapped, "supports_reset_mask", False))
+
+
+def _name(env: gym.vector.VectorEnv) -> str:
+    return type(env.unwrapped).__name__
