@@ -52,7 +52,7 @@ def split_classes(benchmark: str, split: str, env_name: str | None = None) -> di
     if split not in ("train", "test"):
         raise MetaWorldTaskError(name="split", expected="'train' or 'test'", got=split)
     if benchmark == "ML1":
-        if env_name not in env_dict.ALL_V3_ENVIRONMENTS:
+        if env_name is None or env_name not in env_dict.ALL_V3_ENVIRONMENTS:
             raise MetaWorldTaskError(
                 name="env_name", expected="a Meta-World v3 env name for ML1, e.g. 'reach-v3'",
                 got=env_name, fix=f"choose from {sorted(env_dict.ALL_V3_ENVIRONMENTS)}",
