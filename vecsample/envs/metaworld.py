@@ -73,8 +73,8 @@ def benchmark_tasks(benchmark: str, split: str, env_name: str | None, seed: int)
     for ML10 on a loaded core), so only the process that samples tasks pays for it.
     """
     split_classes(benchmark, split, env_name)  # checks the names
-    bench = metaworld.ML1(env_name, seed=seed) if benchmark == "ML1" else \
-        getattr(metaworld, benchmark)(seed=seed)  # fmt: skip
+    make: Any = getattr(metaworld, benchmark)  # metaworld.ML1, ML10, ... (untyped)
+    bench = make(env_name, seed=seed) if benchmark == "ML1" else make(seed=seed)
     return tuple(bench.train_tasks if split == "train" else bench.test_tasks)
 
 
