@@ -1,4 +1,4 @@
-"""Meta-batch sampling time on Meta-World+: vecsample against Meta-World's own vector envs.
+"""Meta-batch sampling time on Meta-World+: vecsample against their vector envs (docs/maml.md).
 
 The timing in docs/maml.md#meta-world-sampling-time comes from this script. One meta-batch is
 what MAML-TRPO samples per outer step: ``meta_batch_size`` tasks x ``episodes_per_task``
@@ -29,20 +29,24 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import metaworld
 import numpy as np
 import torch
 import tyro
-from maml_timing import tree_cpu_s
 
 import vecsample.envs  # noqa: F401  (registers MetaWorld-v3)
 from vecsample.maml import LinearFeatureBaseline, MultiTaskSampler, Policy, get_policy_for_env
+
+# The sibling experiments are plain files, not a package: import from this folder.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from maml_timing import tree_cpu_s
 
 
 @dataclass
@@ -105,6 +109,8 @@ class MetaWorldVector:
     """One meta-batch on Meta-World's own ``make_ml_envs`` vector env (one env per task)."""
 
     def __init__(self, args: Args, strategy: str) -> None:
+        import metaworld  # here: the module loads (--help, tests) without the extra
+
         name = args.env_name if args.benchmark == "ML1" else args.benchmark
         self.envs = metaworld.make_ml_envs(
             name, seed=0, meta_batch_size=args.meta_batch_size, vector_strategy=strategy,

@@ -20,6 +20,7 @@ import asyncio
 import csv
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +31,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
-from maml_trpo import configure, trpo_step
 from tqdm import trange
 
 import vecsample.envs  # noqa: F401  (registers MetaWorld-v3)
@@ -43,6 +43,10 @@ from vecsample.maml import (
     get_input_size,
     get_policy_for_env,
 )
+
+# The sibling experiments are plain files, not a package: import from this folder.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from maml_trpo import configure, trpo_step
 
 
 @dataclass
