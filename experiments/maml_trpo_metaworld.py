@@ -71,6 +71,12 @@ class Args:
     """where metrics.csv, metrics.json, metrics.png, policy.th and config.json go"""
     torch_threads: int = 1
     """intra-op threads of the outer loop; 1 leaves the cores to the workers"""
+    summarize: tuple[str, ...] = ()
+    """instead of training: the table over these runs' output dirs (one per seed), and a plot
+    of them in --output-dir"""
+    last: int = 5
+    """with --summarize: the table's late window, the last LAST train meta-batches of the
+    shortest run"""
 
 
 def task_success(episodes: BatchEpisodes) -> float:
@@ -182,13 +188,67 @@ def main(args: Args) -> list[dict[str, Any]]:
     return rows
 
 
+def summarize_runs(args: Args) -> list[str]:
+    """Per run and over runs (mean ± standard error): success at meta-batch 0, over the late
+    window, and on the test split, before and after adaptation."""
+    runs = [json.loads((Path(d) / "metrics.json").read_text())["batches"] for d in args.summarize]
+    length = min(len([r for r in run if r["split"] == "train"]) for run in runs)
+    columns: dict[str, list[float]] = {}
+    for run in runs:
+        train = [r for r in run if r["split"] == "train"][:length]
+        late = train[length - args.last :]
+        test = [r for r in run if r["split"] == "test"]
+        values = {
+            "batch 0 pre": train[0]["pre_success"], "batch 0 post": train[0]["post_success"],
+            f"last {args.last} pre": float(np.mean([r["pre_success"] for r in late])),
+            f"last {args.last} post": float(np.mean([r["post_success"] for r in late])),
+            "test pre": float(np.mean([r["pre_success"] for r in test])) if test else np.nan,
+            "test post": float(np.mean([r["post_success"] for r in test])) if test else np.nan,
+        }  # fmt: skip
+        for key, value in values.items():
+            columns.setdefault(key, []).append(value)
+    lines = ["run | " + " | ".join(columns)]
+    for i, d in enumerate(args.summarize):
+        lines.append(f"{d} | " + " | ".join(f"{v[i]:.3f}" for v in columns.values()))
+    se = {k: np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0.0 for k, v in columns.items()}
+    lines.append("mean ± SE | " + " | ".join(f"{np.mean(v):.3f} ± {se[k]:.3f}"
+                                             for k, v in columns.items()))  # fmt: skip
+    plot_runs(runs, length, Path(args.output_dir))
+    return lines
+
+
+def plot_runs(runs: list[list[dict[str, Any]]], length: int, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on CI machines
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, color in (("pre_success", "tab:blue"), ("post_success", "tab:orange")):
+        curves = np.array([[r[key] for r in run if r["split"] == "train"][:length] for run in runs])
+        for curve in curves:
+            ax.plot(curve, color=color, alpha=0.25)
+        label = "before adaptation" if key == "pre_success" else "after 1 step"
+        ax.plot(curves.mean(axis=0), color=color, label=f"{label} (mean of {len(runs)})")
+    ax.set(xlabel="meta-batch", ylabel="success rate (mean over tasks)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "summary.png", dpi=100)
+    plt.close(fig)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> Args:
     """Args from ``argv`` (default: the command line)."""
     return tyro.cli(Args, description=__doc__, args=argv)
 
 
 if __name__ == "__main__":
-    for r in main(parse_args()):
+    cli = parse_args()
+    if cli.summarize:
+        print("\n".join(summarize_runs(cli)))
+        raise SystemExit(0)
+    for r in main(cli):
         print(
             f"{r['split']} batch {r['batch']}: success pre {r['pre_success']:.3f} post "
             f"{r['post_success']:.3f} (paired gain {r['gain_mean']:+.3f} ± {r['gain_se']:.3f}); "
