@@ -73,7 +73,7 @@ def play_vec(vec: VecSampler, actions: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def test_reset_task_reaches_the_right_env(make_sampler: Callable[..., VecSampler]) -> None:
     """Four ML10 tasks of four classes, two per worker: each env plays exactly its task."""
     kwargs = {"benchmark": "ML10", "max_path_length": 8}
-    tasks = sample(10, **kwargs)[::3][:4]  # class-major: four different classes
+    tasks = sample(10, **kwargs)[::3][:4]  # task i is of class i % 10: four classes
     assert len({t.env_name for t in tasks}) == 4
     vec = make_sampler([factory(**kwargs)] * 4, num_workers=2, check_actions=False,
                        autoreset_mode=AutoresetMode.DISABLED)  # fmt: skip
@@ -145,8 +145,9 @@ def test_ml10_splits_keep_their_classes() -> None:
     train = sample(20, benchmark="ML10", split="train")
     test = sample(20, benchmark="ML10", split="test")
     bench_train = [t.env_name for t in benchmark_tasks("ML10", "train", None, 0)]
-    # Balanced and class-major, as Meta-World's baselines lay out a meta-batch.
-    assert [t.env_name for t in train] == [n for n in dict.fromkeys(bench_train) for _ in (0, 1)]
+    # Balanced over the classes (as Meta-World's baselines lay out a meta-batch), interleaved.
+    assert [t.env_name for t in train] == [n for _ in (0, 1) for n in dict.fromkeys(bench_train)]
+    assert len({t.data for t in train}) == 20
     assert {t.env_name for t in test} == set(metaworld.env_dict.ML10_V3["test"])
     assert not {t.env_name for t in train} & {t.env_name for t in test}
     env = gym.make("MetaWorld-v3", benchmark="ML10", split="train")

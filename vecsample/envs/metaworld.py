@@ -134,24 +134,24 @@ class MetaWorldTaskEnv(gym.Env[np.ndarray, np.ndarray]):
     # --- tasks ----------------------------------------------------------------------------------
 
     def sample_tasks(self, num_tasks: int) -> list[Any]:
-        """``num_tasks`` tasks of this split, class-major and balanced over the classes.
+        """``num_tasks`` tasks of this split, balanced over its classes, classes interleaved.
 
         Class ``c`` gets ``num_tasks // C`` tasks (the first ``num_tasks % C`` classes one
-        more), their goals drawn without replacement from its 50 by this env's ``np_random``
-        (seeded by ``reset(seed=...)``). Meta-World's baselines give every class
-        ``meta_batch_size // C`` envs too; in the same class order, env slot ``g`` of a
-        ``MultiTaskSampler`` keeps its class from one meta-batch to the next, so its Sawyer env
-        is built once.
+        more), as Meta-World's baselines give every class ``meta_batch_size // C`` envs; their
+        goals are drawn without replacement from the class's 50 by this env's ``np_random``
+        (seeded by ``reset(seed=...)``). Task ``i`` is of class ``i % C``: a worker's block of
+        envs then holds every class (their step costs differ, so the workers stay balanced),
+        and env slot ``g`` of a ``MultiTaskSampler`` keeps its class from one meta-batch to the
+        next, so its Sawyer env is built once.
         """
         tasks = self._tasks()
-        names = list(self.classes)
-        out: list[Any] = []
-        for c, name in enumerate(names):
+        per_class = []
+        for c, name in enumerate(self.classes):
             pool = [t for t in tasks if t.env_name == name]
-            count = num_tasks // len(names) + (1 if c < num_tasks % len(names) else 0)
+            count = num_tasks // len(self.classes) + (1 if c < num_tasks % len(self.classes) else 0)
             picks = self.np_random.choice(len(pool), size=count, replace=count > len(pool))
-            out.extend(pool[i] for i in picks)
-        return out
+            per_class.append([pool[i] for i in picks])
+        return [group[r] for r in range(len(per_class[0])) for group in per_class if r < len(group)]
 
     def reset_task(self, task: Any) -> None:
         """Gives this slot ``task``: builds the Sawyer env of its class if needed, ``set_task``."""
