@@ -137,8 +137,9 @@ class MetaWorldVector:
         self.envs.close()
 
 
-def bare_loop(args: Args, steps: int) -> float:
-    """Steps per second of the meta-batch's tasks' envs stepped round-robin, one process."""
+def bare_loop(args: Args, steps: int) -> tuple[float, float]:
+    """(steps per wall second, CPU seconds per step) of the meta-batch's tasks' envs stepped
+    round-robin in one process."""
     env = gym.make("MetaWorld-v3", benchmark=args.benchmark, env_name=args.env_name)
     env.reset(seed=0)
     tasks = env.unwrapped.sample_tasks(args.meta_batch_size)[:20]
@@ -150,17 +151,17 @@ def bare_loop(args: Args, steps: int) -> float:
         e.reset(seed=0)
         envs.append(e)
     rng = np.random.default_rng(0)
-    done, start = 0, time.perf_counter()
+    done, start, cpu = 0, time.perf_counter(), time.process_time()
     while done < steps:
         for e in envs:
             _, _, terminated, truncated, _ = e.step(rng.uniform(-1, 1, 4).astype(np.float32))
             if terminated or truncated:
                 e.reset()
         done += len(envs)
-    rate = done / (time.perf_counter() - start)
+    rate, cpu = done / (time.perf_counter() - start), (time.process_time() - cpu) / done
     for e in [env, *envs]:
         e.close()
-    return rate
+    return rate, cpu
 
 
 def time_backends(args: Args) -> dict[str, dict[str, Any]]:
@@ -195,13 +196,18 @@ def main(args: Args) -> dict[str, Any]:
     rates = [bare_loop(args, args.bare_steps)]
     backends = time_backends(args)
     rates.append(bare_loop(args, args.bare_steps))  # the cores are shared: once more, after
-    rate = statistics.mean(rates)
-    result: dict[str, Any] = {"bare_rates_before_after": rates, "bare_step_us": 1e6 / rate,
+    rate = statistics.mean(r for r, _ in rates)
+    cpu = statistics.mean(c for _, c in rates)
+    result: dict[str, Any] = {"bare_rates_before_after": [r for r, _ in rates],
+                              "bare_step_us": 1e6 / rate, "bare_cpu_step_us": 1e6 * cpu,
                               "load_average_1min": os.getloadavg()[0]}  # fmt: skip
     for name, b in backends.items():
         b["median_s"] = statistics.median(b["times"])
         b["ideal_s"] = b["steps"] / (args.cores * rate)
         b["ratio_to_ideal"] = b["median_s"] / b["ideal_s"]
+        # CPU seconds of the whole backend (main + its processes) over the bare loop's for as
+        # many steps: what other processes' load does not inflate.
+        b["cpu_ratio"] = statistics.median(b["cpu_s"]) / (b["steps"] * cpu)
         result[name] = b
     if "vecsample" in backends:
         for name in ("async", "sync"):
@@ -221,7 +227,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
 
 if __name__ == "__main__":
     r = main(parse_args())
-    print(f"bare loop {r['bare_step_us']:.0f} us/step; load average {r['load_average_1min']:.1f}")
+    print(f"bare loop {r['bare_step_us']:.0f} us/step ({r['bare_cpu_step_us']:.0f} CPU us/step); "
+          f"load average {r['load_average_1min']:.1f}")
     for name in ("vecsample", "async", "sync"):
         if name in r:
             b = r[name]
@@ -229,7 +236,7 @@ if __name__ == "__main__":
                 f"{name}: {b['steps']} steps, median {b['median_s']:.2f} s "
                 f"(all {', '.join(f'{t:.2f}' for t in b['times'])}), "
                 f"CPU {statistics.median(b['cpu_s']):.1f} s; ideal {b['ideal_s']:.2f} s; "
-                f"ratio to ideal {b['ratio_to_ideal']:.2f}"
+                f"ratio to ideal {b['ratio_to_ideal']:.2f}; CPU ratio {b['cpu_ratio']:.2f}"
             )
     for name in ("async", "sync"):
         if f"{name}_over_vecsample" in r:
