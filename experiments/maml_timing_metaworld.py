@@ -14,8 +14,10 @@ sees the same mix of the machine's other load):
   round plays ``E`` episodes per env back to back (same-step autoreset) with the same policy's
   forward and sampling per vector step. No baseline fit or inner update here (favours them).
 
-The bare loop: the meta-batch's first ``min(M, 20)`` tasks, one env each, stepped round-robin
-in this process with uniform actions, no policy. ``ideal = steps / (cores * bare rate)``.
+The bare loop: 20 envs of the meta-batch's tasks (cycled), stepped round-robin in this process
+with uniform actions, no policy. ``ideal = steps / (cores * bare rate)``. The block loop: as
+many envs as one worker steps (``M * E / num_workers``), the same way, once after the backends:
+what a worker does, without the worker (many Sawyer envs do not stay in cache).
 Printed: each backend's median, ``async / vecsample`` (the issue's target: >= 1.4 on ML10) and
 ``vecsample / ideal`` (target: <= 1.15 on ML10, <= 1.25 on ML1 reach).
 
@@ -137,12 +139,13 @@ class MetaWorldVector:
         self.envs.close()
 
 
-def bare_loop(args: Args, steps: int) -> tuple[float, float]:
-    """(steps per wall second, CPU seconds per step) of the meta-batch's tasks' envs stepped
-    round-robin in one process."""
+def bare_loop(args: Args, steps: int, num_envs: int = 20) -> tuple[float, float]:
+    """(steps per wall second, CPU seconds per step) of ``num_envs`` envs of the meta-batch's
+    tasks (cycled) stepped round-robin in one process."""
     env = gym.make("MetaWorld-v3", benchmark=args.benchmark, env_name=args.env_name)
     env.reset(seed=0)
-    tasks = env.unwrapped.sample_tasks(args.meta_batch_size)[:20]
+    tasks = env.unwrapped.sample_tasks(args.meta_batch_size)
+    tasks = [tasks[i % len(tasks)] for i in range(num_envs)]
     envs = []
     for task in tasks:
         e = gym.make("MetaWorld-v3", benchmark=args.benchmark, env_name=args.env_name,
@@ -191,15 +194,23 @@ def time_backends(args: Args) -> dict[str, dict[str, Any]]:
     return out
 
 
+def block_envs(args: Args) -> int:
+    return args.meta_batch_size * args.episodes_per_task // args.num_workers
+
+
 def main(args: Args) -> dict[str, Any]:
     torch.set_num_threads(1)  # the sampler's thread does the inference; keep main quiet
     rates = [bare_loop(args, args.bare_steps)]
     backends = time_backends(args)
     rates.append(bare_loop(args, args.bare_steps))  # the cores are shared: once more, after
+    # What one worker steps (its block of envs), without the worker: once, after.
+    block_rate, block_cpu = bare_loop(args, args.bare_steps, block_envs(args))
     rate = statistics.mean(r for r, _ in rates)
     cpu = statistics.mean(c for _, c in rates)
     result: dict[str, Any] = {"bare_rates_before_after": [r for r, _ in rates],
                               "bare_step_us": 1e6 / rate, "bare_cpu_step_us": 1e6 * cpu,
+                              "block_envs": block_envs(args), "block_step_us": 1e6 / block_rate,
+                              "block_cpu_step_us": 1e6 * block_cpu,
                               "load_average_1min": os.getloadavg()[0]}  # fmt: skip
     for name, b in backends.items():
         b["median_s"] = statistics.median(b["times"])
@@ -208,6 +219,8 @@ def main(args: Args) -> dict[str, Any]:
         # CPU seconds of the whole backend (main + its processes) over the bare loop's for as
         # many steps: what other processes' load does not inflate.
         b["cpu_ratio"] = statistics.median(b["cpu_s"]) / (b["steps"] * cpu)
+        b["ratio_to_block_ideal"] = b["median_s"] / (b["steps"] / (args.cores * block_rate))
+        b["cpu_ratio_to_block"] = statistics.median(b["cpu_s"]) / (b["steps"] * block_cpu)
         result[name] = b
     if "vecsample" in backends:
         for name in ("async", "sync"):
@@ -228,7 +241,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
 if __name__ == "__main__":
     r = main(parse_args())
     print(f"bare loop {r['bare_step_us']:.0f} us/step ({r['bare_cpu_step_us']:.0f} CPU us/step); "
-          f"load average {r['load_average_1min']:.1f}")
+          f"block of {r['block_envs']} envs {r['block_step_us']:.0f} us/step "
+          f"({r['block_cpu_step_us']:.0f} CPU us/step); load average {r['load_average_1min']:.1f}")
     for name in ("vecsample", "async", "sync"):
         if name in r:
             b = r[name]
@@ -236,7 +250,9 @@ if __name__ == "__main__":
                 f"{name}: {b['steps']} steps, median {b['median_s']:.2f} s "
                 f"(all {', '.join(f'{t:.2f}' for t in b['times'])}), "
                 f"CPU {statistics.median(b['cpu_s']):.1f} s; ideal {b['ideal_s']:.2f} s; "
-                f"ratio to ideal {b['ratio_to_ideal']:.2f}; CPU ratio {b['cpu_ratio']:.2f}"
+                f"ratio to ideal {b['ratio_to_ideal']:.2f}; CPU ratio {b['cpu_ratio']:.2f}; "
+                f"to the block loop: {b['ratio_to_block_ideal']:.2f}, CPU "
+                f"{b['cpu_ratio_to_block']:.2f}"
             )
     for name in ("async", "sync"):
         if f"{name}_over_vecsample" in r:
