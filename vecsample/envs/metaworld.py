@@ -37,8 +37,8 @@ BENCHMARKS: dict[str, Any] = {
 #: Meta-World's episode length (``SawyerXYZEnv.max_path_length``).
 MAX_PATH_LENGTH = 500
 
-#: Observation and action of every Sawyer env. The bounds differ between classes, so the
-#: shared observation space is unbounded (the envs clip their own observations).
+#: Observation and action of every Sawyer env. One space must fit every class a slot may hold,
+#: so the observation space is unbounded (each env clips its own observations to its bounds).
 OBSERVATION_SPACE = spaces.Box(-np.inf, np.inf, shape=(39,), dtype=np.float64)
 ACTION_SPACE = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
 
