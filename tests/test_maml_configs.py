@@ -37,6 +37,8 @@ HALFCHEETAH_DIR_YAML = {
 def test_every_config_of_the_issue_is_shipped() -> None:
     expected = {"2d-navigation", "halfcheetah-vel", "halfcheetah-dir", "ant-vel", "ant-dir"}
     expected |= {"ant-goal"} | {f"bandit-k{k}-n{n}" for k in (5, 10, 50) for n in (10, 100, 500)}
+    expected |= {f"metaworld-ml1-{n}" for n in ("reach", "push", "pick-place")}
+    expected |= {"metaworld-ml10", "metaworld-ml45"}
     assert set(CONFIGS) == expected
 
 

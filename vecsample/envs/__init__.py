@@ -17,6 +17,10 @@ The MuJoCo ids wrap the env in ``NormalizedActionWrapper(normalization_scale)``;
 configs pass ``normalization_scale=10`` and ``max_episode_steps=100``, as pytorch-maml-rl's do.
 Every env has ``sample_tasks(n)`` and ``reset_task(task)`` on ``env.unwrapped`` and puts the task
 in ``info["task"]`` at reset and at every step.
+
+``MetaWorld-v3`` (``benchmark``, ``split``, ``env_name`` keyword arguments) is the Meta-World+
+ML1/ML10/ML25/ML45 benchmarks, in ``vecsample.envs.metaworld``; it needs the ``metaworld``
+extra, which only building it imports.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from vecsample.envs.navigation import Navigation2DEnv
 from vecsample.envs.wrappers import NormalizedActionWrapper, make_mujoco_task_env
 
 __all__ = [
+    "METAWORLD_ENV_ID",
     "MUJOCO_TASK_ENVS",
     "TASK_ENV_IDS",
     "BernoulliBanditEnv",
@@ -61,6 +66,10 @@ TASK_ENV_IDS: tuple[str, ...] = (
 )
 
 
+#: Meta-World+ benchmarks (vecsample.envs.metaworld; needs the metaworld extra). Not in
+#: TASK_ENV_IDS: it takes its benchmark and split as make() arguments, and an optional package.
+METAWORLD_ENV_ID = "MetaWorld-v3"
+
 # String entry points keep every EnvSpec picklable, so a spawned worker can rebuild the env.
 _HERE = "vecsample.envs"
 
@@ -86,6 +95,8 @@ def _register_all() -> None:
             kwargs={"entry_point": class_path},
             max_episode_steps=200,
         )
+    # No TimeLimit: the env ends its own episodes (500 steps), with their success in the info.
+    register(METAWORLD_ENV_ID, entry_point=f"{_HERE}.metaworld:MetaWorldTaskEnv")
 
 
 _register_all()

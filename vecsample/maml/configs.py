@@ -1,8 +1,9 @@
 """The MAML-TRPO configs of pytorch-maml-rl (configs/maml/*.yaml), shipped as Python data.
 
 Every number is theirs; only the MuJoCo ids move from ``-v2``/``-v1`` (mujoco-py) to our
-``-v5`` task envs. ``MetaConfig.from_dict`` reads their key spelling (``fast-batch-size``), so
-one of their YAML files, converted to JSON, loads with ``load_config(path)``.
+``-v5`` task envs. The ``metaworld-*`` configs are garage's MAML-TRPO on Meta-World.
+``MetaConfig.from_dict`` reads their key spelling (``fast-batch-size``), so one of their YAML
+files, converted to JSON, loads with ``load_config(path)``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,26 @@ def _bandit(k: int, n: int) -> MetaConfig:
     return MetaConfig(f"Bandit-K{k}-v0", hidden_sizes=(32, 32), fast_batch_size=n)
 
 
+def _metaworld(benchmark: str, env_name: str | None = None) -> MetaConfig:
+    """MAML-TRPO on Meta-World as garage's examples run it (the Meta-World paper's baseline):
+    20 tasks x 10 episodes, 100-100 tanh policy, inner lr 0.1, gamma 0.99, GAE lambda 1, one
+    inner step, max KL 0.01. Episodes are Meta-World+'s 500 steps (``max_path_length``)."""
+    kwargs: dict[str, Any] = {"benchmark": benchmark, "split": "train"}
+    if env_name is not None:
+        kwargs["env_name"] = env_name
+    return MetaConfig(
+        "MetaWorld-v3",
+        kwargs,
+        gamma=0.99,
+        hidden_sizes=(100, 100),
+        nonlinearity="tanh",
+        fast_batch_size=10,
+        fast_lr=0.1,
+        num_batches=300,
+        meta_batch_size=20,
+    )
+
+
 #: The shipped configs by name (their file names, without ``.yaml``).
 CONFIGS: dict[str, MetaConfig] = {
     "2d-navigation": MetaConfig(
@@ -97,6 +118,11 @@ CONFIGS: dict[str, MetaConfig] = {
     "ant-dir": _mujoco("AntDir-v5"),
     "ant-goal": _mujoco("AntPos-v5", low=-3.0, high=3.0),
     **{f"bandit-k{k}-n{n}": _bandit(k, n) for k in (5, 10, 50) for n in (10, 100, 500)},
+    # Meta-World+ (the metaworld extra): ML1 on three classes, ML10, ML45.
+    **{f"metaworld-ml1-{name}": _metaworld("ML1", f"{name}-v3")
+       for name in ("reach", "push", "pick-place")},
+    "metaworld-ml10": _metaworld("ML10"),
+    "metaworld-ml45": _metaworld("ML45"),
 }
 
 

@@ -244,6 +244,10 @@ class MultiTaskSampler:
         self.context = context
         self.deadline = check_seconds(deadline, "deadline")
         self.env = _task_env(env_name, self.env_kwargs, env, self._seeds.draw())
+        #: Info keys the env reports at each episode's end (``episode_info_keys`` on the
+        #: unwrapped env, e.g. Meta-World's ``episode_success``), logged per task in
+        #: ``BatchEpisodes.logs[key]``: one value per episode, NaN where an episode had none.
+        self.episode_info_keys = tuple(getattr(self.env.unwrapped, "episode_info_keys", ()))
         # gym.make on the pickled EnvSpec: a spawned worker rebuilds any registered env (its
         # entry point is imported, which registers vecsample.envs' ids too).
         self._factory = functools.partial(gym.make, gym.spec(env_name), **self.env_kwargs)
@@ -371,20 +375,7 @@ class MultiTaskSampler:
         if self._vec is not None:
             self._vec.close()
             self._vec = None
-        self._vec = VecSampler(
-            [self._factory] * padded,
-            num_workers=workers,
-            seed=self._seeds.draw(),
-            # One episode per env and round: an ended env stays frozen until the next reset.
-            autoreset_mode=AutoresetMode.DISABLED,
-            infos=False,  # the task envs put the task in every info; nothing here reads them
-            context=self.context,
-            deadline=self.deadline,
-            # Gaussian samples are unbounded; the task envs clip them, as pytorch-maml-rl's do.
-            check_actions=False,
-            observation_space=self.env.observation_space,
-            action_space=self.env.action_space,
-        )
+        self._vec = _vec_sampler(self, padded, workers)
 
     def _request(
         self,
@@ -482,6 +473,7 @@ class _Rollout:
         self.active[: self.num_real] = True
         self.obs = np.zeros(0, dtype=np.float32)
         self.sent_at: dict[int, float] = {}  # pending workers and when each was sent
+        self.ends = {key: np.full(self.num_real, np.nan) for key in sampler.episode_info_keys}
 
     def run(self) -> list[BatchEpisodes]:
         obs, _ = self.vec.reset()
@@ -491,6 +483,9 @@ class _Rollout:
         while self.sent_at:
             for result in self._receive():
                 self._send(self._record(result))
+        for key, values in self.ends.items():
+            for k, episodes in enumerate(self.episodes):
+                episodes.log(key, values[k * self.batch_size : (k + 1) * self.batch_size])
         return self.episodes
 
     def _receive(self) -> list[StepResult]:
@@ -566,11 +561,36 @@ class _Rollout:
                 result.rewards[local],
                 rows - k * self.batch_size,
             )
+        for g, info in result.infos.items():  # only envs whose episode ended have one
+            for key, values in self.ends.items():
+                if g < self.num_real and self.active[g] and key in info:
+                    values[g] = info[key]
         block = slice(ids.start, ids.stop)
         ended = np.asarray(result.terminated) | np.asarray(result.truncated)
         self.active[block] &= ~ended
         self.obs[block] = result.obs
         return worker
+
+
+def _vec_sampler(sampler: MultiTaskSampler, num_envs: int, num_workers: int) -> VecSampler:
+    """The VecSampler of ``num_envs`` copies of the sampler's env."""
+    return VecSampler(
+        [sampler._factory] * num_envs,
+        num_workers=num_workers,
+        seed=sampler._seeds.draw(),
+        # One episode per env and round: an ended env stays frozen until the next reset.
+        autoreset_mode=AutoresetMode.DISABLED,
+        # Infos cost a pickle per worker reply that has any. The task envs put the task in
+        # every info, which nothing here reads: off, unless the env names episode-end keys
+        # (Meta-World's success), whose infos come once per episode.
+        infos=bool(sampler.episode_info_keys),
+        context=sampler.context,
+        deadline=sampler.deadline,
+        # Gaussian samples are unbounded; the task envs clip them, as pytorch-maml-rl's do.
+        check_actions=False,
+        observation_space=sampler.env.observation_space,
+        action_space=sampler.env.action_space,
+    )
 
 
 def _generators(
