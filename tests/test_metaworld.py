@@ -1,7 +1,8 @@
 """Meta-World+ through vecsample: task setting in the workers, splits, seeding, one meta-batch.
 
-Needs the ``metaworld`` extra (in the ``test`` extra, so CI runs these); without it the module
-is skipped with that reason. Every sampler lives in a ``with`` block or a fixture.
+Needs the ``metaworld`` extra; without it the module is skipped here, and
+tests/test_metaworld_venv.py runs it in a venv with the extra (so CI runs these too). Every
+sampler lives in a ``with`` block or a fixture.
 """
 
 from __future__ import annotations
