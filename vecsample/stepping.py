@@ -293,8 +293,12 @@ class StepChannel:
         self._hs.reset_worker(w)
 
     def flag_restarted(self, w: int) -> None:
-        """Worker ``w``'s rows after a restart: truncated, restarted, no reward, until it steps."""
+        """Worker ``w``'s rows after a restart: truncated, restarted, no reward, until it steps.
+        Its final observations are zeroed: the dead worker may have half written them, and a
+        replayed run must find the same bytes there (tests/test_replay.py)."""
         v = self.views[w]
+        for leaf in v.final_obs_leaves:
+            leaf[:] = None if leaf.dtype == object else 0
         v.rewards[:] = 0.0
         v.terminated[:] = False
         v.has_final_obs[:] = False
