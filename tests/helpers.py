@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from typing import Any
 
 import numpy as np
+import psutil
 
 
 def assert_same(a: Any, b: Any, where: str = "") -> None:
@@ -27,3 +31,17 @@ def assert_same(a: Any, b: Any, where: str = "") -> None:
         np.testing.assert_array_equal(a, b, err_msg=where)
         if isinstance(a, np.ndarray):
             assert a.dtype == np.asarray(b).dtype, f"{where}: {a.dtype} != {np.asarray(b).dtype}"
+
+
+def kill_and_wait(pid: int) -> None:
+    """SIGKILLs ``pid`` and returns once it is dead (a zombie or gone), at most 5 s later."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {pid} did not die")

@@ -23,6 +23,7 @@ import numpy as np
 import psutil
 import pytest
 from gymnasium import spaces as gym_spaces
+from helpers import kill_and_wait
 
 from vecsample import VecSampler, errors
 from vecsample.signals import critical
@@ -33,19 +34,6 @@ posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX si
 
 def ones(n: int) -> np.ndarray:
     return np.ones(n, dtype=np.int64)
-
-
-def kill_and_wait(pid: int) -> None:
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return
-        except psutil.NoSuchProcess:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"pid {pid} did not die")
 
 
 class SlowResetEnv(CountingEnv):

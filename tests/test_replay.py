@@ -15,14 +15,13 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import pytest
+from helpers import kill_and_wait
 
 from vecsample import VecSampler, errors
 from vecsample.replay_log import MAGIC, LogReader, Tag
@@ -252,19 +251,6 @@ def test_record_and_replay_together_or_an_unwritable_path_are_config_errors(make
 # --- restarts ------------------------------------------------------------------------------------
 
 
-def _kill(pid: int) -> None:
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return
-        except psutil.NoSuchProcess:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"pid {pid} did not die")
-
-
 @posix_only
 def test_a_restart_is_replayed_truncated_and_reseeded(make_sampler, log):
     kwargs = {"num_workers": WORKERS, "seed": 7, "deadline": 30, "restart": True}
@@ -272,7 +258,7 @@ def test_a_restart_is_replayed_truncated_and_reseeded(make_sampler, log):
 
     def kill(i: int) -> None:
         if i == 20:  # a death no replay would see by itself
-            _kill(s.worker_pids()[2])
+            kill_and_wait(s.worker_pids()[2])
 
     recorded = partial_run(s, between=kill)
     assert [w for w, _ in s.restart_log] == [2]
