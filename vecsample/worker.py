@@ -223,7 +223,7 @@ class _Worker:
         self.host: hosted.Host | None = None  # a hosted vector env (hosted.py), set by build()
         self.side = self._side()
         self.write_obs = _obs_writer(spec.buffers, self.views.obs_leaves)
-        # The loops hand each observation to put_obs(j, obs) and call flush_obs(count) at the
+        # The loops hand each observation to put_obs(j, obs); _flush_rows calls flush_obs at the
         # end: one slice copy for a bare array space, a row write per env otherwise.
         self.put_obs, self.flush_obs = _obs_batcher(self)
         self.infos = InfoWriter(spec.buffers.infos, lo, lo + self.count)
@@ -377,8 +377,7 @@ class _Worker:
             raise
         finally:
             # Envs before a failing one keep what they wrote.
-            _flush_scalars(self, rewards, terminated, truncated, j)
-            self.flush_obs(j)
+            _flush_rows(self, rewards, terminated, truncated, j)
             self.views.has_final_obs[:j] = has_final[:j]
 
     def _actions(self) -> Sequence[Any]:
@@ -614,13 +613,13 @@ def _step_all_next(worker: _Worker, actions: Sequence[Any], records: list[InfoRe
         worker.current_env = j
         raise
     finally:
-        _flush_scalars(worker, rewards, terminated, truncated, j)
-        worker.flush_obs(j)
+        _flush_rows(worker, rewards, terminated, truncated, j)
 
 
-def _flush_scalars(worker: _Worker, rewards: list[Any], terminated: list[Any],
-                   truncated: list[Any], count: int) -> None:
-    """One slice copy per field for the first ``count`` envs (those before a failing one)."""
+def _flush_rows(worker: _Worker, rewards: list[Any], terminated: list[Any],
+                truncated: list[Any], count: int) -> None:
+    """The end of every step loop: one slice copy per scalar field, then the gathered
+    observations, for the first ``count`` envs (those before a failing one)."""
     v = worker.views
     try:
         v.rewards[:count] = rewards[:count]
@@ -629,6 +628,7 @@ def _flush_scalars(worker: _Worker, rewards: list[Any], terminated: list[Any],
     except (ValueError, TypeError):  # one env returned a non-scalar: name it
         worker.current_env, error = _first_non_scalar(rewards, terminated, truncated, count)
         raise error from None
+    worker.flush_obs(count)
 
 
 def _step_all_disabled(worker: _Worker, actions: Sequence[Any],
@@ -655,5 +655,4 @@ def _step_all_disabled(worker: _Worker, actions: Sequence[Any],
         worker.current_env = j
         raise
     finally:
-        _flush_scalars(worker, rewards, terminated, truncated, j)
-        worker.flush_obs(j)
+        _flush_rows(worker, rewards, terminated, truncated, j)
