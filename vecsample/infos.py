@@ -134,6 +134,12 @@ class Schema:
         self._next = MASK_BYTES  # where the next column's values go in a row
         self._log = tables.log_view()
         self._log_end = 0
+        rows = [tables.rows(STEP), tables.rows(RESET)]
+        #: Per table: every env's presence bytes, and each column's values, as views made once
+        #: (``read_block`` slices them on every step that wrote infos).
+        self.present = [r[:, :MASK_BYTES].view(np.bool_) for r in rows]
+        self.values: list[list[np.ndarray]] = [[], []]
+        self._rows = rows
 
     def propose(self, candidates: dict[str, Signature]) -> bool:
         """Gives a column to each candidate that fits; whether any was added."""
@@ -154,6 +160,8 @@ class Schema:
             self._log_end += 4 + len(entry)
             self._next = offset + column.nbytes
             self.columns.append(column)
+            for t in (STEP, RESET):
+                self.values[t].append(column.values(self._rows[t]))
             added = True
         return added
 
@@ -247,17 +255,16 @@ class InfoWriter:
 Block = tuple[int, list[tuple[Column, np.ndarray, np.ndarray]]]
 
 
-def read_block(tables: InfoTables, schema: Schema, table: int, lo: int, hi: int,
-               bits: int) -> Block:
+def read_block(schema: Schema, table: int, lo: int, hi: int, bits: int) -> Block:
     """Copies the columns named by ``bits`` for rows [lo, hi): the worker may overwrite its
     rows as soon as it is sent again, the result must not change then."""
-    rows = tables.rows(table, lo, hi)
+    values, present = schema.values[table], schema.present[table]
     out = []
     while bits:
         low = bits & -bits
-        column = schema.columns[low.bit_length() - 1]
-        out.append((column, column.values(rows).copy(), rows[:, column.index].view(np.bool_)
-                    .copy()))
+        index = low.bit_length() - 1
+        out.append((schema.columns[index], values[index][lo:hi].copy(),
+                    present[lo:hi, index].copy()))
         bits ^= low
     return lo, out
 

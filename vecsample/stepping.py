@@ -259,7 +259,6 @@ class StepChannel:
         if not records and not any(bits):
             return
         lo, hi = result.env_ids.start, result.env_ids.stop
-        tables = self._buffers.infos
         left: dict[int, dict[str, object]] = {}
         left_reset: dict[int, dict[str, object]] = {}
         for j, info, reset_info in records or ():
@@ -267,8 +266,8 @@ class StepChannel:
                 left[lo + j] = info
             if reset_info:
                 left_reset[lo + j] = reset_info
-        step = read_block(tables, self._schema, STEP, lo, hi, bits[0]) if bits[0] else None
-        reset = read_block(tables, self._schema, RESET, lo, hi, bits[1]) if bits[1] else None
+        step = read_block(self._schema, STEP, lo, hi, bits[0]) if bits[0] else None
+        reset = read_block(self._schema, RESET, lo, hi, bits[1]) if bits[1] else None
         result.infos.add(step, left)
         result.reset_infos.add(reset, left_reset)
 
