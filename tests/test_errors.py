@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import inspect
+import pickle
 import threading
 import time
 
@@ -291,3 +293,51 @@ def test_deadline_reports_hung_workers_keeps_results_and_close_kills(make_sample
     start = time.monotonic()
     s.close(timeout=0.5)
     assert time.monotonic() - start < 3.0
+
+
+# --- errors cross processes ---------------------------------------------------------------------
+
+#: A value for every keyword a vecsample error takes; a new keyword must be added here.
+_FIELDS = {
+    "feature": "set_attr", "reason": "it has none", "fix": "do not", "env": 1, "env_mode":
+    "same-step", "sampler_mode": "next-step", "script": "run.py", "line": 3, "context": "spawn",
+    "call": "step", "workers": [1], "worker": 1, "current": "IDLE", "requested": "STEP",
+    "num_workers": 2, "tb": "Traceback: boom", "command": "STEP", "pid": 7, "exitcode": 255,
+    "message": "cannot pickle", "state": "STEP", "hung_workers": [1], "deadline": 1.5,
+    "history": ["died"], "max_restarts": 2, "path": "log.vsr", "problem": "truncated",
+    "expected": "step", "got": "reset", "what": "call",
+}
+
+
+def _every_error_class() -> list[type[BaseException]]:
+    return [c for c in vars(errors).values() if isinstance(c, type) and
+            issubclass(c, BaseException) and c.__module__ == errors.__name__]
+
+
+@pytest.mark.parametrize("cls", _every_error_class(), ids=lambda c: c.__name__)
+def test_every_error_survives_pickling_with_its_fields(cls):
+    # A Ray actor's error reaches its driver pickled; Exception's own pickling calls cls(*args),
+    # which a keyword-only __init__ refuses (the driver then saw UnserializableException).
+    required = [p.name for p in inspect.signature(cls.__init__).parameters.values()
+                if p.default is inspect.Parameter.empty and p.name != "self"
+                and p.kind is not inspect.Parameter.VAR_POSITIONAL
+                and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    kwargs = {name: _FIELDS[name] for name in required}
+    error = cls(**kwargs) if kwargs else cls("what went wrong")
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is cls and str(copy) == str(error)
+    assert vars(copy).keys() == vars(error).keys()
+    for name in kwargs:
+        if hasattr(error, name):
+            assert getattr(copy, name) == getattr(error, name), name
+
+
+def test_an_env_error_from_a_worker_survives_pickling_with_its_traceback(make_sampler):
+    s = make_sampler(fns(RaisingEnv, 2, at_step=1), num_workers=1)
+    s.reset()
+    with pytest.raises(errors.WorkerError) as caught:
+        s.step(ones(2))
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert str(copy) == str(caught.value) and copy.env == caught.value.env
+    assert isinstance(copy.__cause__, errors.RemoteTraceback)
+    assert "RuntimeError" in str(copy.__cause__)

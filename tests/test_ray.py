@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +27,8 @@ from ray.cluster_utils import Cluster
 
 from vecsample import errors
 from vecsample.ray import Chunk, RaySampler
-from vecsample.testing import CountingEnv, FixedActionPolicy, fns
+from vecsample.ray.sampler import KILL_GRACE_S
+from vecsample.testing import CountingEnv, DyingEnv, FixedActionPolicy, fns
 
 ENVS = 4
 LENGTH = 5  # CountingEnv episode length
@@ -77,10 +79,10 @@ def make_ray_sampler(cluster: Cluster) -> Iterator[Callable[..., RaySampler]]:
     """``make_ray_sampler(**kwargs)``: a RaySampler over CountingEnvs, closed at teardown."""
     made: list[RaySampler] = []
 
-    def make(**kwargs: Any) -> RaySampler:
+    def make(env_fns: list[Callable[[], Any]] | None = None, **kwargs: Any) -> RaySampler:
         options: dict[str, Any] = {"chunk_length": CHUNK, "seed": 0, "deadline": 60.0}
         options.update(kwargs)
-        sampler = RaySampler(fns(CountingEnv, ENVS, length=LENGTH), FixedActionPolicy,
+        sampler = RaySampler(env_fns or fns(CountingEnv, ENVS, length=LENGTH), FixedActionPolicy,
                              **options)
         made.append(sampler)
         return sampler
@@ -183,6 +185,61 @@ def test_killed_actor_is_restarted_and_reported(
     chunk = after_death[0]
     assert chunk.version == sampler.version == 1  # the weights were sent again to the new actor
     _check_chunk(chunk, action=2)
+
+
+class RayKillEnv(CountingEnv):
+    """Env 0, at step ``at_step`` of its actor's first life (``marker`` absent), kills the actor
+    as ``ray.kill`` does: the actor's children at once (under forkserver: the forkserver, and
+    so the env processes), the actor itself ``lag`` seconds later."""
+
+    def __init__(self, env_index: int, marker: str, at_step: int = 3, lag: float = 0.5) -> None:
+        super().__init__(env_index=env_index, length=LENGTH)
+        self.marker, self.at_step, self.lag = Path(marker), at_step, lag
+
+    def step(self, action: Any) -> Any:
+        if self.env_index == 0 and self.t + 1 >= self.at_step and not self.marker.exists():
+            self.marker.touch()
+            actor = next(p for p in psutil.Process().parents()  # Ray retitles its workers
+                         if p.cmdline()[0].startswith("ray::SamplerActor"))
+            children = " ".join(str(c.pid) for c in actor.children())
+            subprocess.Popen(["sh", "-c", f"kill -9 {children}; sleep {self.lag}; "
+                              f"kill -9 {actor.pid}"], start_new_session=True)
+            time.sleep(60)  # killed with the forkserver
+        return super().step(action)
+
+
+def test_an_actor_killed_children_first_loses_its_chunk_not_the_run(
+    make_ray_sampler: Callable[..., RaySampler], tmp_path: Path
+) -> None:
+    # The actor sees its env processes die before it dies itself; that death must count as the
+    # actor's (a lost chunk and a restart), not reach the driver as an env crash.
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)  # the actors cannot import this file by name
+    try:
+        sampler = make_ray_sampler(fns(RayKillEnv, ENVS, marker=str(tmp_path / "killed")),
+                                   num_actors=1, max_restarts=1)
+        chunks: list[Chunk] = []
+        end = time.monotonic() + 90.0
+        while len(chunks) < 3 and time.monotonic() < end:  # the killed one's recv has none
+            chunks += sampler.recv(timeout=1.0)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+    stats = sampler.stats()
+    assert (tmp_path / "killed").exists()
+    assert stats["actor_deaths"] == 1 and stats["chunks_lost"] >= 1
+    assert len(chunks) == 3 and all(c.actor_id == 0 for c in chunks)
+
+
+def test_an_env_crash_in_an_actor_reaches_the_driver_typed(
+    make_ray_sampler: Callable[..., RaySampler],
+) -> None:
+    # Not an outside kill (exit code 3): reported at once, as the local VecSampler's error.
+    sampler = make_ray_sampler(fns(DyingEnv, ENVS, at_step=3, bad_index=1), num_actors=1)
+    start = time.monotonic()
+    with pytest.raises(errors.WorkerDiedError, match="exit code 3") as caught:
+        sampler.recv()
+    assert caught.value.exitcode == 3 and 1 in caught.value.env_ids
+    assert time.monotonic() - start < KILL_GRACE_S
 
 
 def test_closed_sampler_refuses(make_ray_sampler: Callable[..., RaySampler]) -> None:

@@ -24,6 +24,22 @@ if TYPE_CHECKING:
 class VecSampleError(Exception):
     """Base class of every error raised by vecsample."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross processes: a Ray actor's reaches its driver pickled. Most take keyword-only
+        # fields, which Exception's own pickling (``cls(*args)``) cannot call, so the copy is
+        # rebuilt without ``__init__``, from the message and the fields as they are.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[VecSampleError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    remote = state.get("remote_traceback", "")
+    if remote:  # a cause is not part of the pickled state
+        error.__cause__ = RemoteTraceback(remote)
+    return error
+
 
 _UNSET: Any = object()
 

@@ -58,6 +58,15 @@ __all__ = [
 ]
 
 #: The totals of ``RaySampler.stats()`` counted as chunks come and go.
+#: How long an actor holds back an env process's death by SIGKILL, or its forkserver's loss,
+#: before reporting it. ``ray.kill`` kills the actor's children first and the actor itself tens
+#: of ms later (Ray's core_worker_shutdown_executor); reported at once, that kill reached the
+#: driver as an env crash, not as the loss of a dead actor's chunk.
+KILL_GRACE_S = 5.0
+#: Exit codes an outside kill leaves: SIGKILL, and 255, which multiprocessing reports for a
+#: forkserver child when the forkserver itself is gone.
+_OUTSIDE_KILL_EXITCODES = (-9, 255)
+
 COUNTERS = ("requests", "chunks", "env_steps", "chunks_lost", "actor_deaths", "wait_s")
 
 
@@ -279,7 +288,12 @@ class SamplerActor:
                 self._collector.policy.set_weights(ray.get(weights[0]))
             self.version = version
         start = time.perf_counter()
-        chunk = self._collector.collect(length)
+        try:
+            chunk = self._collector.collect(length)
+        except errors.WorkerDiedError as exc:
+            if exc.exitcode in _OUTSIDE_KILL_EXITCODES:
+                time.sleep(KILL_GRACE_S)  # killed by Ray, this actor dies in the meantime
+            raise
         chunk.version, chunk.actor_id, chunk.node_id = version, self.actor_id, self.node_id
         chunk.sample_s = time.perf_counter() - start
         return chunk
