@@ -73,10 +73,23 @@ class SamplerConfig:
     startup_deadline: float | None = STARTUP_DEADLINE
     #: Blocks may differ by one env when num_workers does not divide num_envs.
     uneven_split: bool = False
+    #: Workers (handshake slots, env blocks) served by one process: 2 with ``pipeline=True``,
+    #: so the process steps one half of its envs while the parent computes the other's actions.
+    slots_per_process: int = 1
 
     @property
     def num_envs(self) -> int:
         return len(self.env_fns)
+
+    @property
+    def processes(self) -> int:
+        """Worker processes: ``num_workers`` (the step API's workers) ÷ ``slots_per_process``."""
+        return self.num_workers // self.slots_per_process
+
+    def slots(self, process: int) -> range:
+        """The workers that process ``process`` serves."""
+        k = self.slots_per_process
+        return range(process * k, (process + 1) * k)
 
     @property
     def envs_per_worker(self) -> int:
@@ -106,30 +119,30 @@ class SamplerConfig:
         threads_per_worker: int | None = 1,
         cpu_affinity: Sequence[Sequence[int]] | bool | None = None,
         check_actions: bool = True,
-        restart: bool = False,
-        max_restarts: int = 3,
-        spin_us: float | None = None,
-        uneven_split: bool = False,
-        startup_deadline: float | None = STARTUP_DEADLINE,
+        restart: bool = False, max_restarts: int = 3,
+        spin_us: float | None = None, uneven_split: bool = False,
+        startup_deadline: float | None = STARTUP_DEADLINE, pipeline: bool = False,
     ) -> SamplerConfig:
         fns = env_factories(env_fns, num_envs, env_kwargs, check_mode(autoreset_mode))
-        workers = check_workers(num_workers, len(fns), uneven_split)
+        processes = check_workers(num_workers, len(fns), uneven_split)
+        k = check_pipeline(pipeline, processes, len(fns), uneven_split, restart)
         return cls(
             env_fns=tuple(fns),
-            num_workers=workers,
+            num_workers=processes * k,
             seed=None if seed is None else check_seed(seed),
             autoreset_mode=check_mode(autoreset_mode),
             infos=bool(infos),
             context=resolve_context(context),
             deadline=check_seconds(deadline, "deadline"),
             threads_per_worker=_optional_int(threads_per_worker, "threads_per_worker"),
-            cpu_affinity=check_affinity(cpu_affinity, workers),
+            cpu_affinity=per_slot(check_affinity(cpu_affinity, processes), k),
             check_actions=bool(check_actions),
             restart=bool(restart),
             max_restarts=check_int(max_restarts, "max_restarts", minimum=0),
-            spin_s=spin_seconds(spin_us, workers),
+            spin_s=spin_seconds(spin_us, processes),
             uneven_split=bool(uneven_split),
             startup_deadline=check_seconds(startup_deadline, "startup_deadline"),
+            slots_per_process=k,
         )
 
 
@@ -207,6 +220,33 @@ def check_workers(num_workers: Any, num_envs: int, uneven_split: bool = False) -
             f"num_workers from {divisors}, or pass uneven_split=True."
         )
     return workers
+
+
+def check_pipeline(pipeline: Any, processes: int, num_envs: int, uneven_split: bool,
+                   restart: bool) -> int:
+    """Slots per process: 2 with ``pipeline`` (each process's block splits in two halves)."""
+    if not isinstance(pipeline, bool):
+        raise ConfigError(name="pipeline", expected="True or False", got=pipeline)
+    if not pipeline:
+        return 1
+    if restart:
+        raise ConfigError("pipeline=True cannot be combined with restart=True yet: a restart "
+                          "respawns a process, which would take the other half's envs with it; "
+                          "turn one of them off.")
+    if uneven_split or num_envs % (2 * processes):
+        raise ConfigError(
+            f"pipeline=True splits each worker's block of envs in two halves, so num_envs="
+            f"{num_envs} must be divisible by 2 * num_workers = {2 * processes} (and "
+            f"uneven_split={uneven_split} must be False); choose num_workers from "
+            f"{[d for d in range(1, num_envs // 2 + 1) if num_envs % (2 * d) == 0]}."
+        )
+    return 2
+
+
+def per_slot(per_process: tuple[tuple[int, ...] | None, ...],
+             k: int) -> tuple[tuple[int, ...] | None, ...]:
+    """A per-process setting repeated for each of the ``k`` workers a process serves."""
+    return tuple(value for value in per_process for _ in range(k))
 
 
 def check_mode(mode: AutoresetMode | str) -> AutoresetMode:

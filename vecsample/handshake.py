@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
@@ -105,13 +105,13 @@ class Bell:
         count: int = self.words[self.index]
         return count
 
-    def wait(self, seen: int, worker: int, timeout: float) -> None:
-        """Sleeps until a ring for ``worker`` after ``seen`` (at once if any ring came since)
-        or ``timeout`` seconds."""
+    def wait(self, seen: int, bits: int, timeout: float) -> None:
+        """Sleeps until a ring for a worker of ``bits`` (bit ``w % 32`` for worker w) after
+        ``seen`` (at once if any ring came since) or ``timeout`` seconds."""
         end = time.monotonic() + timeout  # FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC
         spec = _Timespec(int(end), int((end % 1.0) * 1e9))
         done = self._syscall(_SYS_FUTEX, self.address, _FUTEX_WAIT_BITSET, ctypes.c_int(seen),
-                             ctypes.byref(spec), None, ctypes.c_uint32(1 << (worker % 32)))
+                             ctypes.byref(spec), None, ctypes.c_uint32(bits))
         if done == -1 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
             time.sleep(0.001)  # no futex here (a sandbox): poll every millisecond instead
 
@@ -131,7 +131,8 @@ def control_rows(num_workers: int) -> int:
 
 
 class WorkerSide:
-    """A worker's end: waits for a posted step or a command, publishes the end of a step."""
+    """A worker's end (one slot of a worker process): sees a posted step or a command, and
+    publishes the end of a step. ``Waiter`` does the waiting, over all the process's slots."""
 
     def __init__(self, control: np.ndarray, index: int, conn: Connection, ring_fd: int,
                  spin_s: float, ordered: bool) -> None:
@@ -159,73 +160,26 @@ class WorkerSide:
         self.words[self.base + INFO_STEP] = step
         self.words[self.base + INFO_RESET] = reset
 
-    def next_message(self) -> bytes | None:
-        """None when a step was posted, else the next command message (EOFError: parent gone)."""
-        if self.spin_s > 0 and self._spin():
-            return None
-        return self._sleep()
-
-    def _posted(self) -> bool:
+    def posted(self) -> bool:
+        """Whether a new step was posted (and, if so, takes it as seen)."""
         seq: int = self.words[self.base + SEQ]
         if seq == self.seen:
             return False
         self.seen = seq
         return True
 
-    def _spin(self) -> bool:
-        """Whether a step was posted within ``spin_s``.
-
-        Only the counter is polled: commands wait for the sleep (at most ``spin_s`` late), so
-        the loop makes one system call per turn, the yield that hands this core to the parent
-        when both share it (2 cores, 3 processes)."""
-        end = time.perf_counter() + self.spin_s
-        while True:
-            for _ in range(SPIN_BURST):
-                if self._posted():
-                    return True
-            if time.perf_counter() >= end:
-                return False
-            os.sched_yield()
-
-    def _sleep(self) -> bytes | None:
-        if self.bell is not None:
-            return self._sleep_on_bell(self.bell)
-        self.words[self.base + SLEEPING] = 1
-        fence()
-        try:
-            while True:
-                if self.ordered and self._posted():
-                    return None
-                if not self.conn.poll(MAX_SLEEP):
-                    continue
-                message = self.conn.recv_bytes()
-                if message != DOORBELL:
-                    return message
-                if not self.ordered and self._posted():  # the ring's read ordered the memory
-                    return None
-        finally:
-            self.words[self.base + SLEEPING] = 0
-
-    def _sleep_on_bell(self, bell: Bell) -> bytes | None:
-        """Waits on the futex until a step is posted or a command came (the parent rings after
-        either): the ring count is read before looking, so a ring in between is not missed."""
-        self.words[self.base + SLEEPING] = 1
-        try:
-            while True:
-                seen = bell.value()
-                fence()
-                if self._posted():
-                    return None
-                if self.conn.poll(0):
-                    if self._posted():  # posted since the look above: the pipe holds this
-                        return None  # step's pickled actions (a command never meets a step)
-                    message = self.conn.recv_bytes()
-                    if message != DOORBELL:
-                        return message
-                    continue
-                bell.wait(seen, self.index, MAX_SLEEP)
-        finally:
-            self.words[self.base + SLEEPING] = 0
+    def look(self) -> tuple[bool, bytes | None]:
+        """Once, on the futex path: (True, None) for a posted step, (True, message) for a
+        command, (False, None) for nothing (a stray doorbell is read and dropped)."""
+        if self.posted():
+            return True, None
+        if self.conn.poll(0):
+            if self.posted():  # posted since the look above: the pipe holds this step's
+                return True, None  # pickled actions (a command never meets a step)
+            message = self.conn.recv_bytes()
+            if message != DOORBELL:
+                return True, message
+        return False, None
 
     def finish(self, reply: int) -> None:
         """Publishes the end of step ``seen``; the results must already be in shared memory."""
@@ -237,6 +191,99 @@ class WorkerSide:
             # A full pipe already wakes the parent; a broken one has no parent left to wake.
             with contextlib.suppress(BlockingIOError, BrokenPipeError):
                 os.write(self.ring_fd, self.ring)
+
+
+class Waiter:
+    """A worker process's wait for its next job, over the workers (slots) it serves: one, or
+    two with ``pipeline=True``. ``next()`` spins on their SEQ words for ``spin_s``, then sleeps
+    (on the futex with all their bits, or on their pipes) with each slot's SLEEPING word set."""
+
+    def __init__(self, sides: Sequence[WorkerSide]) -> None:
+        self.sides = list(sides)
+        self.live = list(range(len(sides)))  # slots not closed yet
+        first = sides[0]
+        self.spin_s, self.ordered, self.bell = first.spin_s, first.ordered, first.bell
+        self.bits = 0
+        for side in sides:
+            self.bits |= 1 << (side.index % 32)
+
+    def close(self, slot: int) -> None:
+        """Slot ``slot`` got CLOSE: it is no longer waited on."""
+        self.live.remove(slot)
+
+    def next(self) -> tuple[int, bytes | None]:
+        """(slot, None) when a step was posted to ``slot``, else (slot, its next command
+        message). EOFError or OSError: the parent is gone."""
+        if self.spin_s > 0:
+            slot = self._spin()
+            if slot is not None:
+                return slot, None
+        if self.bell is not None:
+            return self._sleep_on_bell(self.bell)
+        return self._sleep_on_pipes()
+
+    def _spin(self) -> int | None:
+        """The slot posted to within ``spin_s``, or None. Only the counters are polled:
+        commands wait for the sleep (at most ``spin_s`` late), so the loop makes one system
+        call per turn, the yield that hands this core to the parent when both share it."""
+        end = time.perf_counter() + self.spin_s
+        posted = [(slot, self.sides[slot].posted) for slot in self.live]
+        while True:
+            for _ in range(SPIN_BURST):
+                for slot, is_posted in posted:
+                    if is_posted():
+                        return slot
+            if time.perf_counter() >= end:
+                return None
+            os.sched_yield()
+
+    def _mark_sleeping(self, value: int) -> None:
+        for slot in self.live:
+            side = self.sides[slot]
+            side.words[side.base + SLEEPING] = value
+
+    def _sleep_on_bell(self, bell: Bell) -> tuple[int, bytes | None]:
+        """Waits on the futex until a step is posted or a command came (the parent rings after
+        either): the ring count is read before looking, so a ring in between is not missed."""
+        self._mark_sleeping(1)
+        try:
+            while True:
+                seen = bell.value()
+                fence()
+                for slot in self.live:
+                    found, message = self.sides[slot].look()
+                    if found:
+                        return slot, message
+                bell.wait(seen, self.bits, MAX_SLEEP)
+        finally:
+            self._mark_sleeping(0)
+
+    def _sleep_on_pipes(self) -> tuple[int, bytes | None]:
+        self._mark_sleeping(1)
+        fence()
+        try:
+            while True:
+                if self.ordered:
+                    for slot in self.live:
+                        if self.sides[slot].posted():
+                            return slot, None
+                for slot in self._readable(MAX_SLEEP):
+                    side = self.sides[slot]
+                    message = side.conn.recv_bytes()
+                    if message != DOORBELL:
+                        return slot, message
+                    if not self.ordered and side.posted():  # the ring's read ordered memory
+                        return slot, None
+        finally:
+            self._mark_sleeping(0)
+
+    def _readable(self, timeout: float) -> list[int]:
+        """The live slots whose pipe has something to read within ``timeout``."""
+        if len(self.live) == 1:  # Connection.poll: a fifth of wait()'s cost (no selector)
+            slot = self.live[0]
+            return [slot] if self.sides[slot].conn.poll(timeout) else []
+        by_conn = {self.sides[slot].conn: slot for slot in self.live}
+        return [by_conn[c] for c in wait(list(by_conn), timeout)]  # type: ignore[index]
 
 
 @dataclass(frozen=True)
@@ -332,9 +379,10 @@ class ParentSide:
         self.rung.discard(w)
 
     def wait(self, workers: Collection[int], timeout: float | None,
-             sentinels: dict[int, int]) -> list[int]:
+             sentinels: dict[int, list[int]]) -> list[int]:
         """Returns when a step of ``workers`` finished, a worker died or ``timeout`` passed;
-        the dead workers (by ``sentinels``: fd -> worker) are returned, their steps unchecked.
+        the dead workers (by ``sentinels``: a process's fd -> the workers it serves) are
+        returned, their steps unchecked.
         The caller has just found none of ``workers`` ready (``_spin`` yields before it
         looks, ``_sleep`` looks again after announcing itself)."""
         if self.spin_s > 0 and timeout != 0 and self._spin(workers, timeout):
@@ -353,7 +401,7 @@ class ParentSide:
         return False
 
     def _sleep(self, workers: Collection[int], timeout: float | None,
-               sentinels: dict[int, int]) -> list[int]:
+               sentinels: dict[int, list[int]]) -> list[int]:
         poller = select.poll()
         poller.register(self.ring_fd, select.POLLIN)
         for fd in sentinels:
@@ -368,7 +416,7 @@ class ParentSide:
         finally:
             self.words[self.parent_sleeping] = 0
         self._drain()
-        return [sentinels[fd] for fd, _ in events if fd in sentinels]
+        return [w for fd, _ in events if fd in sentinels for w in sentinels[fd]]
 
     def _drain(self) -> None:
         try:

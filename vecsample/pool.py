@@ -18,7 +18,7 @@ import select
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -88,10 +88,10 @@ class WorkerPool:
     def start(self) -> None:
         """Starts every worker and waits until all have built their envs."""
         check_main_guard(self.config.context)
-        for w in range(self.config.num_workers):
-            proc, conn = self._spawn(w)  # EnvFactoryError: the caller closes the pool
-            self.procs.append(proc)
-            self.conns.append(conn)
+        for p in range(self.config.processes):
+            proc, conns = self._spawn(self.config.slots(p))  # EnvFactoryError: caller closes
+            self.procs += [proc] * len(conns)  # per worker: a process serves its slots
+            self.conns += conns
         try:
             self._await_built(range(self.config.num_workers))
         except errors.WorkerError as exc:
@@ -118,48 +118,42 @@ class WorkerPool:
         shutdown([self.procs[w]], [self.conns[w]], 0.0)
 
     def respawn(self, w: int) -> None:
-        """Starts a fresh worker ``w`` on a fresh pipe, after ``stop(w)``, and builds its envs."""
-        self.procs[w], self.conns[w] = self._spawn(w)
+        """Starts a fresh worker ``w`` on a fresh pipe, after ``stop(w)``, and builds its envs
+        (one slot per process: restart is refused with ``pipeline``, config.py)."""
+        self.procs[w], (self.conns[w],) = self._spawn(range(w, w + 1))
         self._await_built([w])
 
-    def _spawn(self, w: int) -> tuple[BaseProcess, Connection]:
-        lo, hi = self.config.bounds(w)
-        parent_end, child_end = self._ctx.Pipe(duplex=True)
-        fns = self.config.env_fns[lo:hi]
-        if self.config.context != "fork" and not hosted.is_hosted(fns):  # see HostedSlot
-            fns = tuple(PickledFactory(fn) for fn in fns)
-        others = [c for i, c in enumerate(self.conns) if i != w]
-        affinity = self.config.cpu_affinity[w]
-        spec = WorkerSpec(
-            index=w, env_fns=fns, env_offset=lo, buffers=self._buffers,
-            autoreset_mode=self.config.autoreset_mode, infos=self.config.infos,
-            threads=self.config.threads_per_worker,
-            cpu_affinity=None if affinity is None else list(affinity), parent_pid=os.getpid(),
-            # PR_SET_PDEATHSIG fires when the creating *thread* exits: from another thread,
-            # the worker relies on its watchdog (the parent's death is seen within 0.2 s).
-            pdeathsig=threading.current_thread() is threading.main_thread(),
-            spin_s=self.config.spin_s, ring_writer=self.ring_writer, ordered=self._ordered,
-            inherited_conns=([*others, parent_end, self.ring_reader]
-                             if self.config.context == "fork" else []),
-        )
+    def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection]]:
+        """Starts the process serving workers ``slots``; its pipes, one per worker."""
+        pipes = [self._ctx.Pipe(duplex=True) for _ in slots]
+        others = [c for i, c in enumerate(self.conns) if i not in slots]
+        inherited = [*others, *(parent for parent, _ in pipes), self.ring_reader]
+        specs = [_worker_spec(self, w, inherited) for w in slots]
         # daemon=True: if the parent exits normally without close(), multiprocessing
         # terminates the workers instead of waiting on them forever at interpreter exit.
-        proc = self._ctx.Process(target=worker_main, args=(spec, child_end), daemon=True,
-                                 name=f"vecsample-worker-{w}")
+        proc = self._ctx.Process(target=worker_main, daemon=True,
+                                 args=(specs, [child for _, child in pipes]),
+                                 name=f"vecsample-worker-{slots.start // len(slots)}")
         try:
             proc.start()
         except Exception as exc:
-            parent_end.close()
+            for parent, _ in pipes:
+                parent.close()
             raise _pickle_error(exc, self.config.context) from exc
         finally:
-            child_end.close()  # only the worker holds it now, so its death reads as EOF here
-        return proc, parent_end
+            for _, child in pipes:  # only the worker holds them now: its death reads as EOF
+                child.close()
+        return proc, [parent for parent, _ in pipes]
 
     def pids(self) -> list[int]:
         return [int(proc.pid or 0) for proc in self.procs]
 
-    def sentinel(self, w: int) -> int:
-        return self.procs[w].sentinel
+    def sentinels(self, workers: Iterable[int]) -> dict[int, list[int]]:
+        """Each process's sentinel fd -> those of ``workers`` it serves (two if pipelined)."""
+        found: dict[int, list[int]] = {}
+        for w in workers:
+            found.setdefault(self.procs[w].sentinel, []).append(w)
+        return found
 
     def close(self, timeout: float) -> None:
         """Stops every worker, terminating those not gone within ``timeout``. Idempotent."""
@@ -337,8 +331,9 @@ class WorkerPool:
         return wait_handles(handles, None if timeout is None else max(0.0, timeout))
 
     def _dead_in(self, ready: list[Any]) -> set[int]:
-        sentinels = {p.sentinel: w for w, p in enumerate(self.procs)}
-        return {sentinels[r] for r in ready if isinstance(r, int) and r in sentinels}
+        """The workers whose process's sentinel is in ``ready`` (all of a process's slots)."""
+        fired = {r for r in ready if isinstance(r, int)}
+        return {w for w, p in enumerate(self.procs) if p.sentinel in fired}
 
     def _read_reply(self, w: int, command: str) -> tuple[Reply, Any]:
         conn = self.conns[w]
@@ -363,6 +358,26 @@ class WorkerPool:
 
 # --- helpers -------------------------------------------------------------------------------------
 
+def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> WorkerSpec:
+    """What the process serving worker ``w`` needs for it (``inherited``: pipe ends to close
+    under fork)."""
+    lo, hi = pool.config.bounds(w)
+    fns = pool.config.env_fns[lo:hi]
+    if pool.config.context != "fork" and not hosted.is_hosted(fns):  # see HostedSlot
+        fns = tuple(PickledFactory(fn) for fn in fns)
+    affinity = pool.config.cpu_affinity[w]
+    return WorkerSpec(
+        index=w, env_fns=fns, env_offset=lo, buffers=pool._buffers,
+        autoreset_mode=pool.config.autoreset_mode, infos=pool.config.infos,
+        threads=pool.config.threads_per_worker,
+        cpu_affinity=None if affinity is None else list(affinity), parent_pid=os.getpid(),
+        # PR_SET_PDEATHSIG fires when the creating *thread* exits: from another thread,
+        # the worker relies on its watchdog (the parent's death is seen within 0.2 s).
+        pdeathsig=threading.current_thread() is threading.main_thread(),
+        spin_s=pool.config.spin_s, ring_writer=pool.ring_writer, ordered=pool._ordered,
+        inherited_conns=inherited if pool.config.context == "fork" else [],
+    )
+
 
 def shutdown(
     procs: list[BaseProcess], conns: list[Connection], timeout: float,
@@ -376,7 +391,7 @@ def shutdown(
             conn.send_bytes(close_message)
     if bell is not None:
         bell.ring(range(len(conns)))
-    started = [p for p in procs if p.pid is not None]
+    started = [p for p in dict.fromkeys(procs) if p.pid is not None]  # once per process
     end = time.monotonic() + min(max(0.0, timeout), MAX_WAIT)
     _join_all(started, end)
     for proc in started:  # all at once: the call is bounded, not each worker in turn

@@ -90,6 +90,9 @@ class VecSampler(EnvCommands):
             to this file; ``replay=`` that file makes a later run return the same data.
         replay: make each step_recv return the workers recorded in this file, in its order
             (ReplayDivergedError at the first call the log does not have). docs/semantics.md.
+        pipeline: each process serves its block as two halves, two workers of the step API
+            (``num_workers`` is then twice the processes): it steps one half while you compute
+            the other's actions. Use it with step_send/step_recv (docs/semantics.md).
 
     Raises:
         ConfigError: an argument that cannot work (the message says which and how to fix it).
@@ -130,7 +133,7 @@ class VecSampler(EnvCommands):
         spin_us: float | None = None,
         uneven_split: bool = False,
         startup_deadline: float | None = STARTUP_DEADLINE,
-        record: PathArg | None = None, replay: PathArg | None = None,
+        record: PathArg | None = None, replay: PathArg | None = None, pipeline: bool = False,
     ) -> None:
         self._closed = True  # until the workers are up; close() is then a no-op
         c = self.config = SamplerConfig.build(
@@ -139,10 +142,11 @@ class VecSampler(EnvCommands):
             deadline=deadline, threads_per_worker=threads_per_worker,
             cpu_affinity=cpu_affinity, check_actions=check_actions, restart=restart,
             max_restarts=max_restarts, spin_us=spin_us, uneven_split=uneven_split,
-            startup_deadline=startup_deadline,
+            startup_deadline=startup_deadline, pipeline=pipeline,
         )
         self.num_envs, self.num_workers, self.envs_per_worker = c.num_envs, c.num_workers, (
             c.envs_per_worker)
+        self.num_processes = c.processes
         self.autoreset_mode, self.deadline, self.context = c.autoreset_mode, c.deadline, c.context
         self.restart, self.max_restarts, self.spin_s, self.check_actions = (
             c.restart, c.max_restarts, c.spin_s, c.check_actions)

@@ -199,7 +199,7 @@ class StepChannel:
                 raise errors.DeadlineExceededError(hung_workers=sorted(waiting),
                                                    deadline=deadline, results=results)
             until = _earliest(deadline_at, window_end)
-            sentinels = {self._pool.sentinel(w): w for w in waiting}
+            sentinels = self._pool.sentinels(waiting)
             cpu = time.thread_time()
             dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
             self._timers["wait_cpu_s"] += time.thread_time() - cpu

@@ -29,7 +29,7 @@ import numpy as np
 
 from vecsample import hosted
 from vecsample.errors import EnvFactoryError, EnvOutputError
-from vecsample.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
+from vecsample.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, Waiter, WorkerSide
 from vecsample.infos import InfoWriter, Signature
 from vecsample.protocol import (
     OK_MESSAGE,
@@ -75,15 +75,40 @@ class WorkerSpec:
     ordered: bool = True
 
 
-def worker_main(spec: WorkerSpec, conn: Connection) -> None:
-    """Entry point of a worker process."""
-    _prepare_process(spec)
-    for inherited in spec.inherited_conns:
+def worker_main(specs: Sequence[WorkerSpec], conns: Sequence[Connection]) -> None:
+    """Entry point of a worker process: it serves one worker of the step API, or two (the
+    halves of its block) with ``pipeline=True``."""
+    _prepare_process(specs[0])
+    for inherited in specs[0].inherited_conns:
         inherited.close()
-    worker = _Worker(spec, conn)
-    if not worker.build():
-        return
-    worker.serve()
+    workers = [_Worker(spec, conn) for spec, conn in zip(specs, conns, strict=True)]
+    if all([worker.build() for worker in workers]):  # each reports its own build
+        serve(workers)
+    else:
+        for worker in workers:
+            worker._close_envs()
+
+
+def serve(workers: Sequence[_Worker]) -> None:
+    """Runs the posted steps and the commands of ``workers`` (one process's slots) until each
+    got CLOSE or the parent is gone."""
+    waiter = Waiter([worker.side for worker in workers if worker.side is not None])
+    while waiter.live:
+        try:
+            slot, message = waiter.next()
+        except (EOFError, OSError):
+            break  # the parent is gone: exit quietly
+        worker = workers[slot]
+        if message is None:
+            worker._step_posted()
+            continue
+        command, payload = pickle.loads(message)
+        if command is Command.CLOSE:
+            waiter.close(slot)
+            continue
+        worker._run(command, worker.handlers[command], payload)
+    for worker in workers:
+        worker._close_envs()
 
 
 class _NoParent:
@@ -255,22 +280,6 @@ class _Worker:
         self.current_env = None
         self.conn.send_bytes(pickle.dumps((Reply.READY, None)))
         return True
-
-    def serve(self) -> None:
-        assert self.side is not None
-        while True:
-            try:
-                message = self.side.next_message()
-            except (EOFError, OSError):
-                break  # the parent is gone: exit quietly
-            if message is None:
-                self._step_posted()
-                continue
-            command, payload = pickle.loads(message)
-            if command is Command.CLOSE:
-                break
-            self._run(command, self.handlers[command], payload)
-        self._close_envs()
 
     def _step_posted(self) -> None:
         """A step posted through shared memory: step, publish, then send what did not fit in

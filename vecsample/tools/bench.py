@@ -172,6 +172,8 @@ def layout(name: str, cfg: Config) -> str:
         return f"1 × {cfg.num_envs}"
     if name == "envpool":
         return f"{cfg.cores} threads"
+    if name == "vecsample_pipeline":
+        return f"{cfg.workers} × 2 × {cfg.envs_per_worker // 2}"
     return f"{cfg.workers} × {cfg.envs_per_worker}"
 
 
@@ -196,6 +198,7 @@ def built(cfg: Config, names: Sequence[str]) -> Iterator[dict[str, Backend | str
 
 #: The autoreset mode each vecsample row runs (VecSampler's default, VectorEnv's default).
 MODES = {"vecsample": AutoresetMode.SAME_STEP, "vecsample_partial": AutoresetMode.SAME_STEP,
+         "vecsample_pipeline": AutoresetMode.SAME_STEP,
          "vector_env": AutoresetMode.NEXT_STEP}
 #: One measurement: (steps/s, CPU µs per env step, the sampler's profile or None).
 Run = tuple[float, float | None, dict[str, float] | None]
@@ -350,13 +353,14 @@ def _commit() -> str | None:
 #: Row names where BACKENDS' label is too long for the table (the JSON keeps the label).
 SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSampler partial",
          RECORD_ROW: "VecSampler partial + record", "vector_one": "vector env, 1 process",
-         "hosted": "VecSampler hosted vector envs"}
+         "hosted": "VecSampler hosted vector envs",
+         "vecsample_pipeline": "VecSampler pipelined halves"}
 HEADER = ("backend", "layout", "steps/s", "× bare", "× machine", "CPU µs", "CPU eff")
 #: The second block of a group: vecsample's rows, their U and E, the parent's µs per batch.
 PARENT_HEADER = ("vecsample row", "mode", "U", "E", "send", "wait", "return", "outside",
                  "parent CPU")
 PARENT_NAMES = {"vecsample": "VecSampler full", "vecsample_partial": "VecSampler partial",
-                "vector_env": "VectorEnv"}
+                "vecsample_pipeline": "VecSampler pipelined", "vector_env": "VectorEnv"}
 
 
 def name_of(r: Row, timeout: float | None) -> str:

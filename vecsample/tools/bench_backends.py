@@ -189,14 +189,14 @@ class Sampler:
     """VecSampler in the loop of ``vecsample compare``: full (timeout None) or partial batches."""
 
     def __init__(self, cfg: Config, timeout: float | None, record: bool = False,
-                 sampler: VecSampler | None = None) -> None:
+                 sampler: VecSampler | None = None, pipeline: bool = False) -> None:
         # record: every recv appended to a replay log (bench --record measures what it costs).
         self._logs = tempfile.TemporaryDirectory() if record else None
         path = None if self._logs is None else os.path.join(self._logs.name, "run.vsreplay")
         # infos on: the default path (issue 15); their numeric values travel in shared memory.
         self.sampler = sampler or VecSampler(_fns(cfg) if cfg.sleep else cfg.env_id,
                                              num_envs=cfg.num_envs, num_workers=cfg.workers,
-                                             record=path)
+                                             record=path, pipeline=pipeline)
         self.timeout = timeout
         s = self.sampler
         self.policy = make_policy(cfg.policy, s.single_observation_space, s.single_action_space,
@@ -283,7 +283,7 @@ def _pids(sampler: Any) -> list[int]:
     if isinstance(sampler, VectorEnv):
         sampler = sampler.sampler
     if isinstance(sampler, VecSampler):
-        return sampler.worker_pids()
+        return list(dict.fromkeys(sampler.worker_pids()))  # a pipelined process serves two
     procs = getattr(sampler, "processes", None) or []  # gymnasium's and SB3's attribute
     return [p.pid for p in procs if p.pid is not None]
 
@@ -393,6 +393,9 @@ BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "vecsample": ("vecsample VecSampler, full batches", lambda c: Sampler(c, None)),
     "vecsample_partial": ("vecsample VecSampler, partial batches",
                           lambda c: Sampler(c, c.timeout)),
+    # Two halves per process: any ready half is received and sent back at once (timeout 0).
+    "vecsample_pipeline": ("vecsample VecSampler, pipelined halves",
+                           lambda c: Sampler(c, 0.0, pipeline=True)),
     # Only with --record: the partial row again, recording a replay log (its cost).
     "vecsample_partial_record": ("vecsample VecSampler, partial batches + record",
                                  lambda c: Sampler(c, c.timeout, record=True)),
