@@ -62,7 +62,7 @@ def test_each_process_serves_two_halves(make_sampler):
     s = make_sampler(fns(CountingEnv, ENVS), num_workers=2, pipeline=True)
     pids = s.worker_pids()
     assert pids[0] == pids[1] != pids[2] == pids[3]
-    children = {p.pid for p in psutil.Process().children() if p.pid in pids}
+    children = {p.pid for p in psutil.Process().children(recursive=True) if p.pid in pids}
     assert children == set(pids) and len(children) == 2
 
 
