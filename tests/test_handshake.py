@@ -42,30 +42,35 @@ def mixed_rounds(sampler: Any, workers: int, per: int, rounds: int, seed: int = 
     return partial
 
 
+@pytest.mark.parametrize("pipeline", [False, True])
 @pytest.mark.parametrize("spin_us", [0, 30])
-def test_no_wake_up_is_lost(make_sampler, monkeypatch, spin_us):
+def test_no_wake_up_is_lost(make_sampler, monkeypatch, spin_us, pipeline):
     """With sleeps made 60 s long, one lost ring would blow the 10 s deadline.
 
     ``spin_us=0`` puts both sides to sleep on every step, so each step needs a ring both ways;
     the envs' random 0-60 µs sleeps move the race between "going to sleep" and "posting".
-    fork carries the patched MAX_SLEEP into the workers.
+    fork carries the patched MAX_SLEEP into the workers. With ``pipeline`` each process sleeps
+    for two workers at once (handshake.Waiter).
     """
     monkeypatch.setattr(handshake, "MAX_SLEEP", 60.0)
     s = make_sampler(fns(SlowEnv, 4, step_time=3e-5, tail="uniform", spread=1.0),
-                     num_workers=2, infos=False, context="fork", spin_us=spin_us, deadline=10.0)
+                     num_workers=2, infos=False, context="fork", spin_us=spin_us, deadline=10.0,
+                     pipeline=pipeline)
     s.reset()
-    mixed_rounds(s, workers=2, per=2, rounds=1500)
+    mixed_rounds(s, workers=s.num_workers, per=s.envs_per_worker, rounds=1500)
 
 
-@pytest.mark.parametrize("context", ["fork", "forkserver"])
-def test_unordered_platform_protocol(make_sampler, monkeypatch, context):
-    """The protocol used off x86: every post and reply rings, readiness comes from the rings."""
+@pytest.mark.parametrize(("context", "pipeline"), [("fork", False), ("forkserver", False),
+                                                   ("fork", True)])
+def test_unordered_platform_protocol(make_sampler, monkeypatch, context, pipeline):
+    """The protocol used off x86: every post and reply rings, readiness comes from the rings
+    (with ``pipeline``, a process sleeps on both its workers' pipes)."""
     monkeypatch.setattr(handshake, "ORDERED", False)
     s = make_sampler(fns(SlowEnv, 6, step_time=2e-5, tail="uniform", spread=1.0),
-                     num_workers=3, infos=False, context=context)
+                     num_workers=3, infos=False, context=context, pipeline=pipeline)
     assert not s.handshake_state().ordered
     s.reset()
-    assert mixed_rounds(s, workers=3, per=2, rounds=600) > 20
+    assert mixed_rounds(s, workers=s.num_workers, per=s.envs_per_worker, rounds=600) > 20
 
 
 class BigInfoEnv(CountingEnv):
