@@ -226,8 +226,23 @@ class Waiter:
         """The slot posted to within ``spin_s``, or None. Only the counters are polled:
         commands wait for the sleep (at most ``spin_s`` late), so the loop makes one system
         call per turn, the yield that hands this core to the parent when both share it."""
+        if len(self.live) > 1:
+            return self._spin_all()
+        slot = self.live[0]  # one worker per process (the default): no inner loop
+        is_posted = self.sides[slot].posted
         end = time.perf_counter() + self.spin_s
+        while True:
+            for _ in range(SPIN_BURST):
+                if is_posted():
+                    return slot
+            if time.perf_counter() >= end:
+                return None
+            os.sched_yield()
+
+    def _spin_all(self) -> int | None:
+        """``_spin`` over several slots (pipeline=True): the first one found posted."""
         posted = [(slot, self.sides[slot].posted) for slot in self.live]
+        end = time.perf_counter() + self.spin_s
         while True:
             for _ in range(SPIN_BURST):
                 for slot, is_posted in posted:

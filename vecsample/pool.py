@@ -150,9 +150,12 @@ class WorkerPool:
 
     def sentinels(self, workers: Iterable[int]) -> dict[int, list[int]]:
         """Each process's sentinel fd -> those of ``workers`` it serves (two if pipelined)."""
+        procs = self.procs
+        if self.config.slots_per_process == 1:  # on every wait of a step: the short way
+            return {procs[w].sentinel: [w] for w in workers}
         found: dict[int, list[int]] = {}
         for w in workers:
-            found.setdefault(self.procs[w].sentinel, []).append(w)
+            found.setdefault(procs[w].sentinel, []).append(w)
         return found
 
     def close(self, timeout: float) -> None:
