@@ -322,12 +322,8 @@ def _put_obs(views: list[np.ndarray], obs: Any, all_views: Any) -> None:
     parts = [obs] if len(views) == 1 and not isinstance(obs, (dict, tuple)) else _leaves_of(
         all_views.obs, obs)
     for view, part in zip(views, parts, strict=True):
-        arr = np.asarray(part)
-        if arr.shape != view.shape:
-            raise EnvOutputError(
-                f"the hosted vector env returned observations of shape {arr.shape}, expected "
-                f"{view.shape} (the block's envs times the leaf's shape); nothing is broadcast.")
-        np.copyto(view, arr, casting="unsafe")
+        _copy_exact(view, part, "observations",
+                    " (the block's envs times the leaf's shape); nothing is broadcast.")
 
 
 def _leaves_of(template: Any, value: Any) -> list[Any]:
@@ -343,12 +339,17 @@ def _put_scalars(v: Any, scalars: tuple[Any, Any, Any]) -> None:
     """Rewards, terminated and truncated: one copy each, of shape (block size,)."""
     for view, value, name in zip((v.rewards, v.terminated, v.truncated), scalars,
                                  ("rewards", "terminated", "truncated"), strict=True):
-        arr = np.asarray(value)
-        if arr.shape != view.shape:
-            raise EnvOutputError(
-                f"the hosted vector env returned {name} of shape {arr.shape}, expected "
-                f"{view.shape}; return one value per env of the batch.")
-        np.copyto(view, arr, casting="unsafe")
+        _copy_exact(view, value, name, "; return one value per env of the batch.")
+
+
+def _copy_exact(view: np.ndarray, value: Any, name: str, fix: str) -> None:
+    """One copy of a whole field into its view; a shape other than the view's is an error
+    (``fix``: the end of its message), never broadcast."""
+    arr = np.asarray(value)
+    if arr.shape != view.shape:
+        raise EnvOutputError(f"the hosted vector env returned {name} of shape {arr.shape}, "
+                             f"expected {view.shape}{fix}")
+    np.copyto(view, arr, casting="unsafe")
 
 
 def _split(infos: dict[str, Any], count: int) -> dict[int, dict[str, Any]]:

@@ -92,7 +92,11 @@ def worker_main(specs: Sequence[WorkerSpec], conns: Sequence[Connection]) -> Non
 def serve(workers: Sequence[_Worker]) -> None:
     """Runs the posted steps and the commands of ``workers`` (one process's slots) until each
     got CLOSE or the parent is gone."""
-    waiter = Waiter([worker.side for worker in workers if worker.side is not None])
+    sides: list[WorkerSide] = []
+    for worker in workers:  # slot i of the Waiter is workers[i]
+        assert worker.side is not None  # only local_step builds one without a pipe; it never serves
+        sides.append(worker.side)
+    waiter = Waiter(sides)
     while waiter.live:
         try:
             slot, message = waiter.next()

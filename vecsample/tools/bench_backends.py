@@ -116,17 +116,20 @@ def bare_loop(env_id: str, count: int, conn: Connection) -> None:
     actions = ActionTable(envs[0].action_space, count).batches
     conn.send(None)  # built: the parent may start timing
     while (seconds := conn.recv()) is not None:
-        conn.send(_step_for(envs, actions, seconds))
+        conn.send(bare_steps(envs, actions, seconds))
     for env in envs:
         env.close()
 
 
-def _step_for(
-    envs: list[gym.Env[Any, Any]], actions: list[np.ndarray], seconds: float
+def bare_steps(
+    envs: list[gym.Env[Any, Any]], actions: list[np.ndarray], seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[int, float]:
+    """The bare loop (step; reset an env whose episode ended) for ``seconds`` of ``clock``,
+    cycling through the action batches: (env steps, seconds taken)."""
     steps, k = 0, 0
-    start = time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
+    start = clock()
+    while (elapsed := clock() - start) < seconds:
         k = (k + 1) % len(actions)
         for env, action in zip(envs, actions[k], strict=True):
             _, _, terminated, truncated, _ = env.step(action)

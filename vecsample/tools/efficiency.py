@@ -23,6 +23,7 @@ import numpy as np
 
 from vecsample.protocol import AutoresetMode
 from vecsample.shm import SharedBuffers
+from vecsample.tools.bench_backends import bare_steps
 from vecsample.tools.policies import ActionTable
 from vecsample.worker import WorkerSpec, local_step
 
@@ -58,27 +59,14 @@ def measure(fns: EnvFns, mode: AutoresetMode, infos: bool, seconds: float = 0.1,
     action_view = buffers.views().action_leaves[0]
     bare_us, worker_us = [], []
     for _ in range(repeats):
-        bare_us.append(_bare(bare, table, seconds))
+        steps, spent = bare_steps(bare, table, seconds, clock=time.thread_time)
+        bare_us.append(spent / steps * 1e6)
         worker_us.append(_worker(step, action_view, table, seconds))
     for env in bare:
         env.close()
     ratios = [b / w for b, w in zip(bare_us, worker_us, strict=True)]
     return Efficiency(mode.value, infos, len(fns), statistics.median(bare_us),
                       statistics.median(worker_us), statistics.median(ratios), ratios)
-
-
-def _bare(envs: list[gym.Env[Any, Any]], table: list[np.ndarray], seconds: float) -> float:
-    """µs per env step of the plainest loop: step, and reset an env whose episode ended."""
-    steps, k = 0, 0
-    start = time.thread_time()
-    while time.thread_time() - start < seconds:
-        k = (k + 1) % len(table)
-        for env, action in zip(envs, table[k], strict=True):
-            _, _, terminated, truncated, _ = env.step(action)
-            if terminated or truncated:
-                env.reset()
-        steps += len(envs)
-    return (time.thread_time() - start) / steps * 1e6
 
 
 def _worker(step: Callable[[], object], view: np.ndarray, table: list[np.ndarray],
