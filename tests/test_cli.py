@@ -12,13 +12,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+CI_SETUP = ["rm -rf .ci/venv", "python3 -m venv .ci/venv", "source .ci/venv/bin/activate",
+            "unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER"]
+
+
 def test_ci_runs_exactly_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     commands = re.findall(r"```bash\n(.+?)\n```", readme)
     ci_lines = [ln for ln in (ROOT / ".ci/run").read_text().splitlines()
                 if ln and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
-    assert ci_lines == [commands[1]], "README's test command and .ci/run have drifted apart"
+    # a fresh venv of its own, then the README's command and nothing else
+    assert ci_lines == [*CI_SETUP, commands[1]], "README's test command and .ci/run drifted apart"
     assert commands[0].endswith("vecsample compare")
+
+
+def test_under_ci_the_suite_runs_in_a_venv_that_sees_no_system_packages():
+    """.ci/run's venv: the machine's own site-packages are not on the path (CI only)."""
+    if not os.environ.get("CI"):
+        return  # a developer may run the suite from any venv
+    assert sys.prefix != sys.base_prefix and Path(sys.prefix).name == "venv", sys.prefix
+    base = Path(sys.base_prefix).resolve()
+    leaked = [p for p in sys.path
+              if "site-packages" in p and Path(p).resolve().is_relative_to(base)]
+    assert not leaked, leaked
 
 
 def test_compare_prints_a_table_and_counts_add_up(tmp_path):

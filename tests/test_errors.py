@@ -305,7 +305,7 @@ _FIELDS = {
     "num_workers": 2, "tb": "Traceback: boom", "command": "STEP", "pid": 7, "exitcode": 255,
     "message": "cannot pickle", "state": "STEP", "hung_workers": [1], "deadline": 1.5,
     "history": ["died"], "max_restarts": 2, "path": "log.vsr", "problem": "truncated",
-    "expected": "step", "got": "reset", "what": "call",
+    "expected": "step", "got": "reset", "what": "call", "package": "torch", "extra": "train",
 }
 
 

@@ -1,7 +1,7 @@
 """Meta-World+ through vecsample: task setting in the workers, splits, seeding, one meta-batch.
 
-Needs the ``metaworld`` extra; without it the module is skipped here, and
-tests/test_metaworld_venv.py runs it in a venv with the extra (so CI runs these too). Every
+The ``test`` extra installs Meta-World (and so mujoco 3.3.0, which it pins), so these run in the
+README's test venv, never skipped: a venv without it fails here at import, naming the fix. Every
 sampler lives in a ``with`` block or a fixture.
 """
 
@@ -17,18 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import metaworld
 import numpy as np
 import pytest
 
-metaworld = pytest.importorskip(
-    "metaworld", reason="needs the metaworld extra: pip install -e '.[metaworld]'"
-)
-
-import vecsample.envs  # noqa: E402, F401  (registers MetaWorld-v3)
-from vecsample import VecSampler  # noqa: E402
-from vecsample.envs.metaworld import MetaWorldTaskError, benchmark_tasks  # noqa: E402
-from vecsample.maml import LinearFeatureBaseline, MultiTaskSampler, get_policy_for_env  # noqa: E402
-from vecsample.protocol import AutoresetMode  # noqa: E402
+import vecsample.envs  # noqa: F401  (registers MetaWorld-v3)
+from vecsample import VecSampler
+from vecsample.envs.metaworld import MetaWorldTaskError, benchmark_tasks
+from vecsample.maml import LinearFeatureBaseline, MultiTaskSampler, get_policy_for_env
+from vecsample.protocol import AutoresetMode
 
 ROOT = Path(__file__).resolve().parents[1]
 ML1 = {"benchmark": "ML1", "env_name": "reach-v3"}

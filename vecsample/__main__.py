@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from vecsample.errors import MissingExtraError
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("vecsample.tools.compare", "full against partial batches (the main job)"),
     "bench": ("vecsample.tools.bench",
@@ -38,10 +40,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"vecsample: unknown command {name!r}\n\n{_usage()}\n")
         return 2
     module_name, help_ = SUBCOMMANDS[name]
-    module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"vecsample {name}", description=help_)
-    module.add_arguments(parser)
-    return int(module.run(parser.parse_args(args[1:])))
+    try:
+        module = importlib.import_module(module_name)
+        parser = argparse.ArgumentParser(prog=f"vecsample {name}", description=help_)
+        module.add_arguments(parser)
+        return int(module.run(parser.parse_args(args[1:])))
+    except MissingExtraError as error:  # one line that names the extra, not a traceback
+        sys.stderr.write(f"vecsample {name}: {error}\n")
+        return 2
 
 
 if __name__ == "__main__":

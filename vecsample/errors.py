@@ -130,6 +130,25 @@ class MainGuardError(EnvFactoryError):
         self.context = context
 
 
+class MissingExtraError(VecSampleError, ImportError):
+    """A module of vecsample needs a package that only one of its extras installs.
+
+    Also an ``ImportError``, so ``except ImportError`` around an optional import still works. The
+    cause (``__cause__``) is the import's own error.
+    """
+
+    def __init__(self, *, feature: str, package: str, extra: str, reason: str = "",
+                 fix: str = "") -> None:
+        reason = reason or f"{package} is not installed"
+        fix = fix or f'pip install "vecsample[{extra}]"'
+        super().__init__(f"{feature} needs {package} (the {extra!r} extra), but {reason}; "
+                         f"install it with: {fix}")
+        self.feature = feature
+        self.package = package
+        self.extra = extra
+        self.fix = fix
+
+
 class ClosedError(VecSampleError, RuntimeError, gym_error.ClosedEnvironmentError):
     """A call was made after ``close()`` (also gymnasium's ``ClosedEnvironmentError``)."""
 

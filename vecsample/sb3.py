@@ -25,6 +25,13 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from vecsample.extras import require
+
+require("stable_baselines3", feature="vecsample.sb3")
+
+# The imports below come after the check, so a missing SB3 is one error that names the extra.
+# ruff: noqa: E402
 from stable_baselines3.common.vec_env import VecEnv as _SB3VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs
 

@@ -9,7 +9,8 @@ are built there and never pickled.
 
 Needs the ``metaworld`` extra (``pip install vecsample[metaworld]``), which pins mujoco 3.3.0.
 Importing this module imports ``metaworld``; registering the id (``import vecsample.envs``) does
-not.
+not. Over a mujoco 4 install, the import raises ``MissingExtraError`` naming the fix
+(``vecsample.extras.METAWORLD_FIX``; docs/maml.md, "Meta-World and mujoco 4").
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import functools
 from typing import Any, Literal
 
 import gymnasium as gym
-import metaworld
 import numpy as np
 from gymnasium import spaces
-from metaworld import env_dict
 
 from vecsample.errors import ConfigError
+from vecsample.extras import require_metaworld
+
+metaworld = require_metaworld("MetaWorld-v3 (vecsample.envs.metaworld)")
+env_dict: Any = metaworld.env_dict  # metaworld is untyped
 
 Split = Literal["train", "test"]
 

@@ -20,6 +20,13 @@ from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces, utils
+
+from vecsample.extras import require
+
+require("mujoco", feature="the MuJoCo task envs (HalfCheetahVel-v5, AntDir-v5, ...)")
+
+# The imports below come after the check, so a missing mujoco is one error that names the extra.
+# ruff: noqa: E402
 from gymnasium.envs.mujoco.ant_v5 import AntEnv as AntV5
 from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv as HalfCheetahV5
 from numpy.typing import NDArray

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from vecsample.extras import require
+
+require("torch", feature="vecsample.maml", extra="maml")
+
+# The imports below come after the check, so a missing torch is one error that names the extra.
+# ruff: noqa: E402
 from vecsample.maml.baseline import LinearFeatureBaseline
 from vecsample.maml.configs import CONFIGS, MetaConfig, load_config
 from vecsample.maml.episodes import BatchEpisodes

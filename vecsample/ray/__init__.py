@@ -4,6 +4,12 @@ Imported only when used: this package is the only one that imports ``ray``. See
 docs/distributed.md.
 """
 
+from vecsample.extras import require
+
+require("ray", feature="vecsample.ray")
+
+# The imports below come after the check, so a missing ray is one error that names the extra.
+# ruff: noqa: E402
 from vecsample.ray.errors import ActorsLostError
 from vecsample.ray.sampler import (
     Chunk,

@@ -30,6 +30,7 @@ from typing import Any
 
 from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
+from vecsample.extras import require
 from vecsample.hosted import VECTORIZATIONS
 from vecsample.protocol import AutoresetMode
 from vecsample.sampler import usable_cores
@@ -514,8 +515,7 @@ def render(rows: list[Row], lat: dict[str, Any] | None, timeout: float | None) -
 
 def plot(rows: list[Row], path: str) -> None:
     """Bars of each backend's ratio to the machine limit, one group per (env, env count)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", feature="vecsample bench --plot", extra="plot")
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
 
@@ -542,14 +542,11 @@ def plot(rows: list[Row], path: str) -> None:
 def run(args: argparse.Namespace) -> int:
     groups = configs(args)
     total = len(groups) * args.repeats * len(args.backends) + (args.latency_steps > 0)
-    from tqdm import tqdm
-
-    class Bar(tqdm):  # type: ignore[misc]
-        # No monitor thread: a thread left running in the parent makes later fork-context
-        # samplers warn, and the bench starts AsyncVectorEnv and SB3 processes with fork.
-        monitor_interval = 0
-
-    with Bar(total=total, desc="vecsample bench", disable=args.no_progress,
+    tqdm: Any = require("tqdm", feature="vecsample bench", extra="cli").tqdm
+    # No monitor thread: a thread left running in the parent makes later fork-context samplers
+    # warn, and the bench starts AsyncVectorEnv and SB3 processes with fork.
+    tqdm.monitor_interval = 0
+    with tqdm(total=total, desc="vecsample bench", disable=args.no_progress,
              file=sys.stderr) as bar:
         rows = [row for cfg in groups for row in measure(cfg, args, lambda: bar.update(1))]
         lat = latency(args)

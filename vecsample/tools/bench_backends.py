@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample.config import EnvMaker
+from vecsample.extras import require
 from vecsample.hosted import HostedVector
 from vecsample.sampler import VecSampler
 from vecsample.testing import sleep_fns
@@ -97,7 +98,7 @@ def make_policy(kind: str, obs_space: gym.Space[Any], act_space: gym.Space[Any],
     """``none`` (pre-sampled actions) or ``mlp`` (a 64×64 torch MLP, one thread, no grad)."""
     if kind == "none":
         return ActionTable(act_space, num_envs)
-    import torch
+    torch = require("torch", feature="vecsample bench --policy mlp", extra="cli")
 
     # One thread: the workers own the other cores; a torch pool the size of the machine would
     # fight them for it and measure the oversubscription, not the sampler.

@@ -28,6 +28,7 @@ import numpy as np
 
 from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
+from vecsample.extras import require
 from vecsample.protocol import EnvFn
 from vecsample.sampler import VecSampler
 from vecsample.testing import SlowEnv
@@ -474,14 +475,13 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
 def set_torch_threads(threads: int, policies: Sequence[str]) -> None:
     """One thread by default: the workers need the cores, and a small MLP gains nothing."""
     if any(p != "random" for p in policies):
-        import torch
-
+        torch = require("torch", feature="a torch policy (--policies mlp:...)", extra="cli")
         torch.set_num_threads(threads)
 
 
 def run_sweep(grid: Grid, show_progress: bool) -> list[LoopResult]:
     """``sweep`` with a tqdm progress bar on stderr."""
-    from tqdm import tqdm
+    tqdm = require("tqdm", feature="vecsample compare", extra="cli").tqdm
 
     with tqdm(total=grid.size(), disable=not show_progress, unit="run") as bar:
         def tick(r: LoopResult) -> None:

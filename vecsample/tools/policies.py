@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample.errors import ConfigError
+from vecsample.extras import require
 
 if TYPE_CHECKING:
     from torch import nn
@@ -31,6 +32,7 @@ SPEC_HELP = "'random' or 'mlp:H1,H2,...' (a torch MLP of those widths)"
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int) -> nn.Sequential:
     """A tanh MLP: a Linear + Tanh per hidden size, then a Linear to ``out_dim`` (CleanRL style)."""
+    require("torch", feature="a torch MLP policy ('mlp')", extra="cli")
     from torch import nn  # lazily: `import vecsample` stays free of torch
 
     modules: list[nn.Module] = []

@@ -17,6 +17,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from vecsample.extras import require
+
+require("torch", feature="vecsample probe", extra="cli")
+
+# The imports below come after the check, so a missing torch is one error that names the extra.
+# ruff: noqa: E402
 import torch
 
 from vecsample.tools.policies import mlp

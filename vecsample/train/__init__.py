@@ -5,6 +5,10 @@ where to sample and where to train; ``profile.py`` splits a loop's wall time int
 This package imports torch; the core (``import vecsample``) never does.
 """
 
-from vecsample.train.rollout import Rollout, RolloutBatch
+from vecsample.extras import require
+
+require("torch", feature="vecsample.train")
+
+from vecsample.train.rollout import Rollout, RolloutBatch  # noqa: E402 (after the check)
 
 __all__ = ["Rollout", "RolloutBatch"]

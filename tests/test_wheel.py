@@ -1,0 +1,163 @@
+"""The built wheel works on its own: `python -m build`, then fresh venvs with no checkout in sight.
+
+One venv gets the wheel alone (the light core: no torch, tqdm or mujoco) and runs a CartPole
+VecSampler and `vecsample compare --help` from it; another gets the wheel with the ``mujoco``
+extra on mujoco 4, so the MuJoCo envs stay supported on the major the test venv does not run
+(the ``test`` extra resolves mujoco 3.3.0, which metaworld pins). Both venvs are made without
+system site packages and run from a temporary directory, so nothing of this checkout or of the
+running venv can leak in. Needs PyPI for the dependencies (pip's cache serves repeats).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+#: The environment every command here runs with: nothing that points back at this checkout or
+#: at the venv the tests run in.
+CLEAN_ENV = {k: v for k, v in os.environ.items()
+             if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
+
+
+def run(args: list[str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=CLEAN_ENV,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"{args}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def tracked_files() -> list[str]:
+    """The checkout's files as a fresh clone of it would have them (ignored files left out)."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    return [name for name in listed.splitlines() if (ROOT / name).is_file()]
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An sdist and a wheel, the wheel built from the sdist (build's default).
+
+    Built from a copy of the tracked files: the checkout's own ``vecsample.egg-info`` (left by
+    ``pip install -e``) lists every file it once saw, and setuptools would put those in the sdist
+    even if the package list lost them.
+    """
+    source = tmp_path_factory.mktemp("source")
+    for name in tracked_files():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    out = tmp_path_factory.mktemp("dist")
+    run([sys.executable, "-m", "build", "--outdir", str(out), str(source)], cwd=out)
+    return out
+
+
+def wheel_of(dist: Path) -> Path:
+    (wheel,) = dist.glob("vecsample-*.whl")
+    return wheel
+
+
+def make_venv(where: Path, *requirements: str) -> Path:
+    """A venv without system site packages, with ``requirements`` installed; its python."""
+    venv.create(where, system_site_packages=False, with_pip=True, symlinks=True)
+    python = where / "bin" / "python"
+    run([str(python), "-m", "pip", "install", "--quiet", *requirements], cwd=where)
+    return python
+
+
+@pytest.fixture(scope="module")
+def core_python(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_venv(tmp_path_factory.mktemp("core") / "venv", str(wheel_of(dist)))
+
+
+def package_files() -> set[str]:
+    """Every file of the vecsample package that git tracks: what the wheel must carry."""
+    listed = subprocess.run(["git", "ls-files", "vecsample"], capture_output=True, text=True,
+                            cwd=ROOT, check=True).stdout.split()
+    return set(listed)
+
+
+def test_the_sdist_and_the_wheel_carry_every_package_file(dist: Path):
+    files = package_files()
+    assert "vecsample/maml/configs.py" in files and "vecsample/envs/mujoco.py" in files
+    in_wheel = set(zipfile.ZipFile(wheel_of(dist)).namelist())
+    assert files <= in_wheel, sorted(files - in_wheel)
+    (sdist,) = dist.glob("vecsample-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        in_sdist = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    assert files <= in_sdist, sorted(files - in_sdist)
+
+
+CORE_SCRIPT = textwrap.dedent("""
+    import importlib.util, sys
+    import numpy as np
+    import vecsample
+
+    assert "site-packages" in vecsample.__file__, vecsample.__file__  # the wheel, not a checkout
+    missing = [m for m in ("torch", "tqdm", "mujoco") if importlib.util.find_spec(m) is None]
+    print("absent:", *missing)
+    if __name__ == "__main__":
+        with vecsample.VecSampler("CartPole-v1", num_envs=4, num_workers=2, seed=0) as sampler:
+            obs, _ = sampler.reset()
+            for _ in range(50):
+                result = sampler.step(np.zeros(4, dtype=np.int64))
+            print("stepped", result.obs.shape, float(result.rewards.sum()))
+        try:
+            import vecsample.train
+        except vecsample.errors.MissingExtraError as error:
+            print("extra:", error.extra)
+""")
+
+
+def test_the_core_wheel_samples_cartpole_without_torch(core_python: Path, tmp_path: Path):
+    script = tmp_path / "core.py"
+    script.write_text(CORE_SCRIPT)
+    out = run([str(core_python), str(script)], cwd=tmp_path, timeout=300).stdout
+    assert "absent: torch tqdm mujoco" in out, out
+    assert "stepped (4, 4) 4.0" in out, out
+    assert "extra: train" in out, out
+
+
+def test_the_wheel_installs_the_vecsample_command(core_python: Path, tmp_path: Path):
+    command = core_python.parent / "vecsample"
+    out = run([str(command), "compare", "--help"], cwd=tmp_path, timeout=120).stdout
+    assert "usage: vecsample compare" in out and "--envs" in out, out
+
+
+MUJOCO_SCRIPT = textwrap.dedent("""
+    import mujoco
+    import numpy as np
+    import vecsample
+    import vecsample.envs  # registers the MuJoCo task envs
+
+    print("mujoco", mujoco.__version__)
+    if __name__ == "__main__":
+        for env_id in ("HalfCheetah-v5", "HalfCheetahVel-v5"):
+            with vecsample.VecSampler(env_id, num_envs=2, num_workers=2, seed=0) as sampler:
+                obs, _ = sampler.reset()
+                for _ in range(20):
+                    result = sampler.step(np.zeros((2, 6), dtype=np.float32))
+                assert np.isfinite(result.obs).all() and np.isfinite(result.rewards).all()
+                print("stepped", env_id, result.obs.shape)
+""")
+
+
+def test_the_wheel_steps_mujoco_envs_on_mujoco_4(dist: Path, tmp_path: Path):
+    python = make_venv(tmp_path / "venv", f"{wheel_of(dist)}[mujoco]", "mujoco>=4,<5")
+    script = tmp_path / "mujoco4.py"
+    script.write_text(MUJOCO_SCRIPT)
+    out = run([str(python), str(script)], cwd=tmp_path, timeout=300).stdout
+    assert "mujoco 4." in out, out
+    assert "stepped HalfCheetah-v5 (2, 17)" in out, out
+    assert "stepped HalfCheetahVel-v5 (2, 20)" in out, out
