@@ -193,16 +193,21 @@ class VecSampler(EnvCommands):
     # --- the hot path ----------------------------------------------------------------------------
 
     def step_send(self, worker: int, actions: Actions) -> None:
-        """Writes ``worker``'s actions (envs_per_worker rows) to shared memory and starts it."""
+        """Writes ``worker``'s actions (envs_per_worker rows) to shared memory and starts it.
+
+        A KeyboardInterrupt out of this call means the step was not posted: the worker is still
+        idle and no step_recv returns a result for it. A SIGINT that comes once the step is
+        posted is held: this call returns, and the next vecsample call raises it before it does
+        anything (docs/semantics.md, "Interrupts").
+        """
+        signals.raise_held()  # one held by the last send: raised before anything is done
         start = time.perf_counter()
         w = self._states.index(worker, self._closed)
         self._log.send(w)  # a replay checks the call before it does anything
         self._expect_idle(w, "step_send")
         self._actions.write(actions, self._channel.views[w].action_leaves,
                             len(self._channel.blocks[w]))
-        self._channel.post(w)
-        self._channel.ring((w,))
-        self._meter.timers["send_s"] += time.perf_counter() - start
+        self._channel.send(w, start)  # posts and returns: a SIGINT now is the next call's
 
     def step_recv(
         self, timeout: float | None = None, *, deadline: float | None = None, copy: bool = False
@@ -233,18 +238,18 @@ class VecSampler(EnvCommands):
         return self._log.delivered(self._channel.deliver(results, self._meter.timers))
 
     def send_all(self, actions: Actions) -> None:
-        """Writes ``actions`` (num_envs rows) to shared memory and starts every worker."""
+        """Writes ``actions`` (num_envs rows) to shared memory and starts every worker; on a
+        SIGINT it behaves as ``step_send`` does: raised, nothing was posted."""
         start = time.perf_counter()
         self._expect_all_idle("send_all")
         self._log.send_all()
         self._actions.write(actions, self._channel.all_views.action_leaves, self.num_envs)
-        self._channel.post_all()
-        self._channel.ring(range(self.num_workers))
-        self._meter.timers["send_s"] += time.perf_counter() - start
+        self._channel.send_all(start)  # posts and returns: a SIGINT now is the next call's
 
     def step(self, actions: Actions, *, copy: bool = False) -> StepResult:
         """Sends every worker its rows of ``actions`` and waits for the full batch."""
         self.send_all(actions)
+        signals.raise_held()  # raised before the wait; the workers' steps stay pending
         if self.config.spin_s > 0:
             # The parent only waits now: handing its core over at once lets the worker that
             # shares it start its envs without waiting for step_recv's bookkeeping.
@@ -285,6 +290,8 @@ class VecSampler(EnvCommands):
         self._expect_all_idle(call)
 
     def _check_open(self) -> None:
+        """Every call starts here: a SIGINT held by the last send is raised, before anything."""
+        signals.raise_held()
         if self._closed:
             raise errors.ClosedError(what="VecSampler")
 

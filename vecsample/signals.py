@@ -5,10 +5,13 @@ steps that must happen together (read a reply off a pipe and record it; send a c
 mark the worker busy) run inside ``critical()``: while Python's own SIGINT handler is in place,
 vecsample's replaces it with one that, inside such a section, only notes the interrupt, and the
 section's end raises it. So a caught KeyboardInterrupt never leaves a half-read pipe or a
-state that disagrees with the worker. Workers ignore SIGINT (they get it too on Ctrl-C), and
-``with`` blocks or the finalizer close the sampler as the exception unwinds. A trainer that
-catches KeyboardInterrupt to save a checkpoint keeps a working sampler. A SIGINT handler of
-the user's own is never replaced.
+state that disagrees with the worker. The section of ``step_send`` and ``send_all`` runs from
+their post to their return and ends in ``commit()``: an interrupt noted once the step is posted
+is held, the call returns normally, and the next call raises it before it does anything. So a
+send that raises KeyboardInterrupt has posted nothing (issue 23; docs/semantics.md). Workers
+ignore SIGINT (they get it too on Ctrl-C), and ``with`` blocks or the finalizer close the
+sampler as the exception unwinds. A trainer that catches KeyboardInterrupt to save a checkpoint
+keeps a working sampler. A SIGINT handler of the user's own is never replaced.
 
 SIGTERM: its default action kills the process with no cleanup. When the handler is still the
 default, the first sampler installs one that closes every open sampler (workers exit through
@@ -77,6 +80,23 @@ def leave() -> None:
         signal.default_int_handler(signal.SIGINT, None)
 
 
+def commit() -> None:
+    """End of a section whose effect has happened (a step posted): a SIGINT noted in it is held,
+    not raised, so that the call returns normally, as a call that did its work. The next call
+    raises it (``raise_held``) before it does anything; a SIGINT outside any section raises at
+    once and takes the held one with it. It must be the caller's last call: CPython runs signal
+    handlers at calls and backward jumps, so none runs between it and the caller's return."""
+    Section.depth -= 1
+
+
+def raise_held() -> None:
+    """At the start of a call: raises the SIGINT that ``commit`` held, if any (as Python's own
+    KeyboardInterrupt), so that it comes out of a call that has done nothing yet."""
+    if Section.pending and Section.depth == 0:
+        Section.pending = False
+        signal.default_int_handler(signal.SIGINT, None)
+
+
 def _install_sigint() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
@@ -88,6 +108,7 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     if Section.depth > 0:
         Section.pending = True  # raised when the section ends
         return
+    Section.pending = False  # one held by ``commit`` is raised with this one
     signal.default_int_handler(signum, frame)  # Python's own, as if no handler were set
 
 

@@ -56,35 +56,49 @@ class StepChannel:
         #: flagged restart (held here until the step is posted).
         self._held: dict[int, StepResult] = {}
 
-    def post(self, w: int) -> None:
-        """Posts worker ``w``'s step; ``ring`` must follow (one fence covers many posts)."""
-        signals.enter()  # posted and marked STEPPING together, or neither
+    def send(self, w: int, started: float) -> None:
+        """Posts worker ``w``'s step, wakes it and counts ``send_s`` since ``started``: the end
+        of step_send. A SIGINT from the post on is held for the next call (``signals.commit``),
+        so a KeyboardInterrupt out of step_send means that nothing was posted."""
+        signals.enter()
         try:
-            held = self._held.pop(w, None) if self._held else None
-            if held is not None:  # respawned since its last step: its restart is the result
-                self._stash[w] = held
-            else:
-                if self._flagged[w]:  # a restart's flags last until the worker's next step
-                    self.views[w].restarted[:] = False
-                    self._flagged[w] = False
-                self._hs.post(w)
-            self._states.transition(w, WorkerState.STEPPING)
+            self._post(w)
+            self.ring((w,))
+            self._timers["send_s"] += time.perf_counter() - started
         finally:
-            signals.leave()
+            signals.commit()  # the last call: no KeyboardInterrupt between the post and return
 
-    def post_all(self) -> None:
-        """Posts every worker's step (all idle); ``ring`` must follow. One vectorised write,
-        unless a worker has a held restart result or restart flags to clear."""
+    def send_all(self, started: float) -> None:
+        """``send`` for every worker (all idle): the end of send_all."""
+        signals.enter()
+        try:
+            self._post_all()
+            self.ring(range(self._config.num_workers))
+            self._timers["send_s"] += time.perf_counter() - started
+        finally:
+            signals.commit()  # the last call: no KeyboardInterrupt between the post and return
+
+    def _post(self, w: int) -> None:
+        """Posts worker ``w``'s step and marks it STEPPING; ``ring`` must follow."""
+        held = self._held.pop(w, None) if self._held else None
+        if held is not None:  # respawned since its last step: its restart is the result
+            self._stash[w] = held
+        else:
+            if self._flagged[w]:  # a restart's flags last until the worker's next step
+                self.views[w].restarted[:] = False
+                self._flagged[w] = False
+            self._hs.post(w)
+        self._states.transition(w, WorkerState.STEPPING)
+
+    def _post_all(self) -> None:
+        """Posts every worker's step: one vectorised write, unless a worker has a held restart
+        result or restart flags to clear."""
         if self._held or any(self._flagged):
             for w in range(self._config.num_workers):
-                self.post(w)
+                self._post(w)
             return
-        signals.enter()  # posted and marked STEPPING together, or neither
-        try:
-            self._hs.post_all()
-            self._states.transition_all(WorkerState.STEPPING)
-        finally:
-            signals.leave()
+        self._hs.post_all()
+        self._states.transition_all(WorkerState.STEPPING)
 
     def hold(self, w: int, result: StepResult) -> None:
         """Worker ``w`` was respawned while idle: its next step returns ``result`` instead."""
