@@ -499,6 +499,16 @@ def test_19_reset_options_reach_the_envs_as_gymnasium_passes_them(make_vector_en
     assert env.get_attr("seen_options") == ("junk", "junk")
 
 
+@pytest.mark.parametrize("options", [5, 2.5, ["reset_mask"]])
+def test_19_options_that_are_not_a_dict_reach_the_envs_too(make_vector_env, options):
+    """Only a dict can hold a "reset_mask"; anything else is the envs' business, as in
+    gymnasium (whose own ``"reset_mask" in options`` raises an untyped TypeError for an int)."""
+    env = make_vector_env([functools.partial(OptionsEnv, i) for i in range(2)], num_workers=1)
+    obs, _ = env.reset(options=options)
+    assert env.get_attr("seen_options") == (options, options)
+    np.testing.assert_array_equal(obs[:, 1], [0, 0])
+
+
 # --- the interrupt property: SIGINT anywhere, across calls and modes ----------------------------
 
 

@@ -464,8 +464,9 @@ def _split_reset_mask(
     options: dict[str, Any] | None, num_envs: int
 ) -> tuple[dict[str, Any] | None, np.ndarray | None]:
     """``options`` without ``"reset_mask"`` (the caller's dict is left alone), and the mask,
-    checked as gymnasium checks it."""
-    if options is None or "reset_mask" not in options:
+    checked as gymnasium checks it. Only a mapping can hold a mask: other options (an int, a
+    string, a list) reach the envs' ``reset`` as they are, as gymnasium passes them."""
+    if not isinstance(options, Mapping) or "reset_mask" not in options:
         return options, None
     options = dict(options)
     mask = options.pop("reset_mask")
