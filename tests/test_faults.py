@@ -294,6 +294,51 @@ def test_11_an_observation_of_the_wrong_shape_is_never_broadcast(make_sampler, m
         s.step(ones(2))
 
 
+class StringObsEnv(CountingEnv):
+    """Declares Box(shape, float64); env 1 returns a string observation from ``where``."""
+
+    def __init__(self, env_index: int = 0, where: str = "step", shape: tuple = ()) -> None:
+        super().__init__(env_index)
+        self.observation_space = gym_spaces.Box(-np.inf, np.inf, shape, np.float64)
+        self.where = where
+
+    def _obs_at(self, where: str) -> Any:
+        if self.env_index == 1 and self.where == where:
+            return "tall"
+        return np.zeros(self.observation_space.shape)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs_at("reset"), {}
+
+    def step(self, action):
+        super().step(action)
+        return self._obs_at("step"), 0.0, False, False, {}
+
+
+STRING_OBS = r"env 1 in worker 0 raised EnvOutputError during {}: observation .* is a str .*float64"
+
+
+@pytest.mark.parametrize("shape", [(), (4,)])
+def test_11_a_string_observation_from_reset_names_its_env_and_both_types(make_sampler, shape):
+    s = make_sampler([functools.partial(StringObsEnv, i, "reset", shape) for i in range(2)])
+    with pytest.raises(errors.WorkerError, match=STRING_OBS.format("RESET")) as info:
+        s.reset()
+    assert info.value.env == 1
+
+
+@pytest.mark.parametrize("shape", [(), (4,)])
+@pytest.mark.parametrize("mode", ["SameStep", "NextStep", "Disabled"])
+def test_11_a_string_observation_from_step_names_its_env_and_both_types(make_sampler, mode,
+                                                                         shape):
+    s = make_sampler([functools.partial(StringObsEnv, i, "step", shape) for i in range(2)],
+                     autoreset_mode=mode)
+    s.reset()
+    with pytest.raises(errors.WorkerError, match=STRING_OBS.format("STEP")) as info:
+        s.step(ones(2))
+    assert info.value.env == 1
+
+
 class VectorRewardEnv(CountingEnv):
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
