@@ -514,6 +514,39 @@ def test_3_vector_env_with_restart_comes_back_after_a_kill(make_vector_env):
     np.testing.assert_array_equal(obs[:, 1], [3, 3, 1, 1])
 
 
+class HangingResetEnv(CountingEnv):
+    def reset(self, *, seed=None, options=None):
+        time.sleep(3600)
+        return super().reset(seed=seed, options=options)
+
+
+def _hangs_when_rebuilt(env_index: int, marker: str, where: str) -> CountingEnv:
+    """Worker 1's envs (2, 3), once ``marker`` exists: a build or a reset that takes an hour."""
+    if env_index < 2 or not os.path.exists(marker):
+        return CountingEnv(env_index)
+    if where == "build":
+        time.sleep(3600)
+    return HangingResetEnv(env_index)
+
+
+@posix_only
+@pytest.mark.parametrize("where", ["build", "reset"])
+def test_3_reset_wait_timeout_bounds_a_restart_inside_it(make_vector_env, tmp_path, where):
+    marker = str(tmp_path / "rebuilt")
+    env_fns = [functools.partial(_hangs_when_rebuilt, i, marker, where) for i in range(4)]
+    env = make_vector_env(env_fns, num_workers=2, restart=True, deadline=5, startup_deadline=5)
+    env.reset(seed=0)
+    open(marker, "w").close()
+    kill_and_wait(env.sampler.worker_pids()[1])
+    env.reset_async()
+    start = time.monotonic()
+    with pytest.raises(errors.DeadlineExceededError, match=r"\[1\] .*deadline=0\.5 s"):
+        env.reset_wait(timeout=0.5)  # respawns worker 1, whose rebuild or reset hangs
+    elapsed = time.monotonic() - start
+    assert elapsed < 0.5 + 1.0, elapsed  # the timeout, slack; not the sampler's 5 s bounds
+    env.close(terminate=True)  # worker 1 hangs: the fixture's polite close would wait 5 s
+
+
 @posix_only
 def test_7_a_retried_step_wait_keeps_every_workers_infos(make_vector_env):
     env = make_vector_env([functools.partial(CountingEnv, i, info=True) for i in range(4)],

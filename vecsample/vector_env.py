@@ -172,8 +172,8 @@ class VectorEnv(gym.vector.VectorEnv):
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Runs the reset recorded by ``reset_async``, in at most ``timeout`` seconds."""
         seeds, options, mask = self._take("reset")
-        with _call_deadline(self._sampler, timeout), _env_errors():
-            obs, env_infos = self._sampler.reset(seeds, options, mask=mask)
+        with _env_errors():  # the timeout bounds the whole call, restarts included
+            obs, env_infos = self._sampler.reset(seeds, options, mask=mask, deadline=timeout)
         infos: dict[str, Any] = {}
         for i, info in enumerate(env_infos):
             if mask is None or mask[i]:
