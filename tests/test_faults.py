@@ -294,6 +294,51 @@ def test_11_an_observation_of_the_wrong_shape_is_never_broadcast(make_sampler, m
         s.step(ones(2))
 
 
+class StringObsEnv(CountingEnv):
+    """Declares Box(shape, float64); env 1 returns a string observation from ``where``."""
+
+    def __init__(self, env_index: int = 0, where: str = "step", shape: tuple = ()) -> None:
+        super().__init__(env_index)
+        self.observation_space = gym_spaces.Box(-np.inf, np.inf, shape, np.float64)
+        self.where = where
+
+    def _obs_at(self, where: str) -> Any:
+        if self.env_index == 1 and self.where == where:
+            return "tall"
+        return np.zeros(self.observation_space.shape)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs_at("reset"), {}
+
+    def step(self, action):
+        super().step(action)
+        return self._obs_at("step"), 0.0, False, False, {}
+
+
+STRING_OBS = r"env 1 in worker 0 raised EnvOutputError during {}: observation .* is a str .*float64"
+
+
+@pytest.mark.parametrize("shape", [(), (4,)])
+def test_11_a_string_observation_from_reset_names_its_env_and_both_types(make_sampler, shape):
+    s = make_sampler([functools.partial(StringObsEnv, i, "reset", shape) for i in range(2)])
+    with pytest.raises(errors.WorkerError, match=STRING_OBS.format("RESET")) as info:
+        s.reset()
+    assert info.value.env == 1
+
+
+@pytest.mark.parametrize("shape", [(), (4,)])
+@pytest.mark.parametrize("mode", ["SameStep", "NextStep", "Disabled"])
+def test_11_a_string_observation_from_step_names_its_env_and_both_types(make_sampler, mode,
+                                                                         shape):
+    s = make_sampler([functools.partial(StringObsEnv, i, "step", shape) for i in range(2)],
+                     autoreset_mode=mode)
+    s.reset()
+    with pytest.raises(errors.WorkerError, match=STRING_OBS.format("STEP")) as info:
+        s.step(ones(2))
+    assert info.value.env == 1
+
+
 class VectorRewardEnv(CountingEnv):
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)
@@ -469,6 +514,39 @@ def test_3_vector_env_with_restart_comes_back_after_a_kill(make_vector_env):
     np.testing.assert_array_equal(obs[:, 1], [3, 3, 1, 1])
 
 
+class HangingResetEnv(CountingEnv):
+    def reset(self, *, seed=None, options=None):
+        time.sleep(3600)
+        return super().reset(seed=seed, options=options)
+
+
+def _hangs_when_rebuilt(env_index: int, marker: str, where: str) -> CountingEnv:
+    """Worker 1's envs (2, 3), once ``marker`` exists: a build or a reset that takes an hour."""
+    if env_index < 2 or not os.path.exists(marker):
+        return CountingEnv(env_index)
+    if where == "build":
+        time.sleep(3600)
+    return HangingResetEnv(env_index)
+
+
+@posix_only
+@pytest.mark.parametrize("where", ["build", "reset"])
+def test_3_reset_wait_timeout_bounds_a_restart_inside_it(make_vector_env, tmp_path, where):
+    marker = str(tmp_path / "rebuilt")
+    env_fns = [functools.partial(_hangs_when_rebuilt, i, marker, where) for i in range(4)]
+    env = make_vector_env(env_fns, num_workers=2, restart=True, deadline=5, startup_deadline=5)
+    env.reset(seed=0)
+    open(marker, "w").close()
+    kill_and_wait(env.sampler.worker_pids()[1])
+    env.reset_async()
+    start = time.monotonic()
+    with pytest.raises(errors.DeadlineExceededError, match=r"\[1\] .*deadline=0\.5 s"):
+        env.reset_wait(timeout=0.5)  # respawns worker 1, whose rebuild or reset hangs
+    elapsed = time.monotonic() - start
+    assert elapsed < 0.5 + 1.0, elapsed  # the timeout, slack; not the sampler's 5 s bounds
+    env.close(terminate=True)  # worker 1 hangs: the fixture's polite close would wait 5 s
+
+
 @posix_only
 def test_7_a_retried_step_wait_keeps_every_workers_infos(make_vector_env):
     env = make_vector_env([functools.partial(CountingEnv, i, info=True) for i in range(4)],
@@ -497,6 +575,16 @@ def test_19_reset_options_reach_the_envs_as_gymnasium_passes_them(make_vector_en
     env = make_vector_env([functools.partial(OptionsEnv, i) for i in range(2)], num_workers=1)
     env.reset(options="junk")  # gymnasium does not check options: the envs get them
     assert env.get_attr("seen_options") == ("junk", "junk")
+
+
+@pytest.mark.parametrize("options", [5, 2.5, ["reset_mask"]])
+def test_19_options_that_are_not_a_dict_reach_the_envs_too(make_vector_env, options):
+    """Only a dict can hold a "reset_mask"; anything else is the envs' business, as in
+    gymnasium (whose own ``"reset_mask" in options`` raises an untyped TypeError for an int)."""
+    env = make_vector_env([functools.partial(OptionsEnv, i) for i in range(2)], num_workers=1)
+    obs, _ = env.reset(options=options)
+    assert env.get_attr("seen_options") == (options, options)
+    np.testing.assert_array_equal(obs[:, 1], [0, 0])
 
 
 # --- the interrupt property: SIGINT anywhere, across calls and modes ----------------------------

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from vecsample import errors
-from vecsample.pool import WorkerPool
+from vecsample.config import Deadline
+from vecsample.pool import Heal, WorkerPool
 from vecsample.protocol import Command
 from vecsample.replay import NoLog
 
@@ -23,10 +24,10 @@ class EnvCommands:
     num_envs: int
     deadline: float | None
     _pool: WorkerPool
-    _heal: Callable[[list[int]], None] | None
+    _heal: Heal | None
     _log: NoLog
 
-    def _expect_commandable(self, call: str) -> None:
+    def _expect_commandable(self, call: str, deadline: Deadline | None = None) -> None:
         raise NotImplementedError  # VecSampler's
 
     def reset_task(self, tasks: Sequence[object]) -> None:
@@ -56,7 +57,7 @@ class EnvCommands:
     def _each(self, command: Command, payload: Callable[[int, int], object]) -> list[Any]:
         self._expect_commandable(command.name.lower())
         self._log.command(command, payload(0, self.num_envs))  # a replay checks it first
-        return self._pool.each_env(command, payload, self.deadline, self._heal)
+        return self._pool.each_env(command, payload, Deadline(self.deadline), self._heal)
 
 
 def per_env(values: Sequence[T], num_envs: int, name: str) -> list[T]:

@@ -13,6 +13,7 @@ import importlib.util
 import math
 import numbers
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,41 @@ class EnvMaker:
         if self.env_id not in gym.registry and importlib.util.find_spec("vecsample.envs"):
             importlib.import_module("vecsample.envs")  # registers the meta-RL task envs
         return gym.make(self.env_id, **self.kwargs)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The bounds of one synchronous call (reset, call, ...): each wait inside it lasts at most
+    ``per_wait`` seconds (the sampler's ``deadline``), and none goes past ``end`` (a time on the
+    monotonic clock, set by the call's own ``timeout``), restarts and their rebuilds included."""
+
+    per_wait: float | None
+    end: float | None = None
+    #: The call's own bound in seconds, named by the error once ``end`` has passed.
+    timeout: float | None = None
+
+    @classmethod
+    def within(cls, seconds: float | None) -> Deadline:
+        """A call that must be over ``seconds`` from now (None: never)."""
+        end = None if seconds is None else time.monotonic() + seconds
+        return cls(seconds, end, seconds)
+
+    def per(self, seconds: float | None) -> Deadline:
+        """The same call's end, with waits of ``seconds`` (a rebuild's startup_deadline)."""
+        return Deadline(seconds, self.end, self.timeout)
+
+    def wait_end(self) -> float | None:
+        """When a wait that starts now must end: after ``per_wait``, or at ``end`` if sooner."""
+        now_plus = None if self.per_wait is None else time.monotonic() + self.per_wait
+        ends = [t for t in (now_plus, self.end) if t is not None]
+        return min(ends) if ends else None
+
+    def exceeded(self) -> float | None:
+        """The bound a wait that ran out hit: the call's ``timeout`` once ``end`` has passed,
+        ``per_wait`` before."""
+        if self.end is not None and time.monotonic() >= self.end:
+            return self.timeout
+        return self.per_wait
 
 
 @dataclass(frozen=True)

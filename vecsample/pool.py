@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from vecsample import errors, hosted
-from vecsample.config import SamplerConfig
+from vecsample.config import Deadline, SamplerConfig
 from vecsample.handshake import FUTEX, Bell
 from vecsample.protocol import OK_MESSAGE, Command, ErrorReport, Reply, WorkerState, WorkerStates
 from vecsample.results import StepResult
@@ -41,6 +41,8 @@ MAX_POLL_MS = 2**31 - 1
 MAX_WAIT = 86_400.0
 #: After SIGTERM, how long workers get to exit before SIGKILL (all of them together).
 TERMINATE_GRACE = 0.5
+#: Restart's ``heal(workers, deadline)``: respawns lost workers within the call's deadline.
+Heal = Callable[[list[int], Deadline], None]
 
 
 def _disown_in_forked_child() -> None:
@@ -93,23 +95,23 @@ class WorkerPool:
             self.procs += [proc] * len(conns)  # per worker: a process serves its slots
             self.conns += conns
         try:
-            self._await_built(range(self.config.num_workers))
+            self._await_built(range(self.config.num_workers),
+                              Deadline(self.config.startup_deadline))
         except errors.WorkerError as exc:
             raise errors.EnvFactoryError(
                 f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
             ) from exc
 
-    def _await_built(self, workers: Sequence[int]) -> None:
+    def _await_built(self, workers: Sequence[int], deadline: Deadline) -> None:
         for w in workers:
             self.states.transition(w, WorkerState.BUSY)
-        limit = self.config.startup_deadline
         try:
-            replies = self.gather(workers, "BUILD", limit)
+            replies = self.gather(workers, "BUILD", deadline)
         except errors.DeadlineExceededError as exc:
             raise errors.DeadlineExceededError(
-                hung_workers=exc.hung_workers, deadline=limit, who="workers building envs",
-                fix="their env factories did not return in time; raise startup_deadline if "
-                "building is just slow (imports, model compiles), or find what blocks it",
+                hung_workers=exc.hung_workers, deadline=exc.deadline, who="workers building envs",
+                fix="their env factories did not return in time; raise startup_deadline (or "
+                "the call's timeout) if building is just slow, or find what blocks it",
             ) from exc
         assert all(tag is Reply.READY for tag, _ in replies.values())
 
@@ -117,11 +119,11 @@ class WorkerPool:
         """Kills what is left of worker ``w`` (before ``respawn``) and closes its pipe."""
         shutdown([self.procs[w]], [self.conns[w]], 0.0)
 
-    def respawn(self, w: int) -> None:
+    def respawn(self, w: int, deadline: Deadline) -> None:
         """Starts a fresh worker ``w`` on a fresh pipe, after ``stop(w)``, and builds its envs
-        (one slot per process: restart is refused with ``pipeline``, config.py)."""
+        within ``deadline`` (one slot per process: restart is refused with ``pipeline``)."""
         self.procs[w], (self.conns[w],) = self._spawn(range(w, w + 1))
-        self._await_built([w])
+        self._await_built([w], deadline)
 
     def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection]]:
         """Starts the process serving workers ``slots``; its pipes, one per worker."""
@@ -195,7 +197,7 @@ class WorkerPool:
 
     def request(
         self, command: Command, workers: Sequence[int], payload: Callable[[int], Any],
-        limit: float | None,
+        deadline: Deadline,
     ) -> dict[int, Any]:
         """Sends ``command`` with ``payload(w)`` to each of ``workers``; their replies by worker."""
         # Build every message before sending any: a payload that fails to pickle must not leave
@@ -214,7 +216,7 @@ class WorkerPool:
             sent.append(w)
         if self.bell is not None:
             self.bell.ring(sent)  # a worker asleep on the futex looks at its pipe when rung
-        replies = self.gather(sent, command.name, limit)  # every sent command is answered
+        replies = self.gather(sent, command.name, deadline)  # every sent command is answered
         if lost:
             lost[0].replies = {w: reply for w, (_, reply) in replies.items()}
             raise lost[0]
@@ -222,24 +224,24 @@ class WorkerPool:
 
     def request_or_heal(
         self, command: Command, workers: Sequence[int], payload: Callable[[int], Any],
-        limit: float | None, heal: Callable[[list[int]], None] | None,
+        deadline: Deadline, heal: Heal | None,
     ) -> dict[int, Any]:
         """``request``; with ``heal`` (restart on), workers that die or fail during it are
-        respawned and asked again, and the others' replies are kept."""
+        respawned and asked again, and the others' replies are kept, all within ``deadline``."""
         try:
-            return self.request(command, workers, payload, limit)
+            return self.request(command, workers, payload, deadline)
         except errors.WorkerDiedError as exc:  # an env that raised is the caller's to see
             if heal is None:
                 raise
             replies = dict(exc.replies)
             failed = [w for w in workers if w not in replies]
-            heal(failed)  # RestartLimitError past max_restarts
-            return {**replies, **self.request_or_heal(command, failed, payload, limit, heal)}
+            heal(failed, deadline)  # RestartLimitError past max_restarts
+            return {**replies, **self.request_or_heal(command, failed, payload, deadline, heal)}
 
-    def settle(self, limit: float | None, raise_deaths: bool) -> None:
+    def settle(self, deadline: Deadline, raise_deaths: bool) -> None:
         """Before a command: an interrupted command's replies are read, and workers that died
         since their last call are marked dead (the first raised, unless they will restart)."""
-        self.drain(limit)
+        self.drain(deadline)
         dead = self.find_dead()
         if dead and raise_deaths:
             raise dead[0]  # news to the caller; later calls get WorkerLostError
@@ -250,17 +252,17 @@ class WorkerPool:
                 if self.states.current[w] is WorkerState.IDLE and not proc.is_alive()]
         return [self.died(w, "the time between two calls", []) for w in dead]
 
-    def drain(self, limit: float | None) -> None:
+    def drain(self, deadline: Deadline) -> None:
         """Reads the replies of a command that a KeyboardInterrupt cut short, so that no stale
         reply is ever taken for a later call's (a silent worker is marked failed)."""
         busy = [w for w, s in enumerate(self.states.current) if s is WorkerState.BUSY]
         if busy:
             with contextlib.suppress(errors.WorkerError):  # its own state says what happened
-                self.gather(busy, "DRAIN", limit)
+                self.gather(busy, "DRAIN", deadline)
 
     def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None,
-              mask: np.ndarray | None, limit: float | None, workers: Sequence[int] | None = None,
-              heal: Callable[[list[int]], None] | None = None) -> list[dict[str, Any]]:
+              mask: np.ndarray | None, deadline: Deadline, workers: Sequence[int] | None = None,
+              heal: Heal | None = None) -> list[dict[str, Any]]:
         """Resets the envs of ``workers`` (default: those with an env in ``mask``, or all);
         returns every env's reset info (empty for envs not reset)."""
         if workers is None:
@@ -272,7 +274,7 @@ class WorkerPool:
             return seeds[lo:hi], options, None if mask is None else mask[lo:hi]
 
         infos: list[dict[str, Any]] = [{} for _ in range(self.config.num_envs)]
-        replies = self.request_or_heal(Command.RESET, workers, payload, limit, heal)
+        replies = self.request_or_heal(Command.RESET, workers, payload, deadline, heal)
         for w, (reply, lane) in replies.items():
             lo = self.config.bounds(w)[0]
             for j, info in reply:
@@ -282,28 +284,28 @@ class WorkerPool:
         return infos
 
     def each_env(self, command: Command, payload: Callable[[int, int], object],
-                 limit: float | None, heal: Callable[[list[int]], None] | None) -> list[Any]:
+                 deadline: Deadline, heal: Heal | None) -> list[Any]:
         """``command`` to every worker with ``payload(lo, hi)`` of its block; one result per env."""
         hosted.check_command(self.config.env_fns, command)
         workers = range(self.config.num_workers)
         replies = self.request_or_heal(
-            command, workers, lambda w: payload(*self.config.bounds(w)), limit, heal)
+            command, workers, lambda w: payload(*self.config.bounds(w)), deadline, heal)
         return [x for w in workers for x in replies[w]]
 
     def gather(
-        self, workers: Sequence[int], command: str, limit: float | None
+        self, workers: Sequence[int], command: str, deadline: Deadline
     ) -> dict[int, tuple[Reply, Any]]:
         """One reply from each of ``workers``, all read before the first failure is raised."""
         replies: dict[int, tuple[Reply, Any]] = {}
         failures: list[errors.WorkerError | errors.ReplyPicklingError] = []
         waiting = {self.conns[w]: w for w in workers}
-        deadline_at = None if limit is None else time.monotonic() + limit
+        deadline_at = deadline.wait_end()
         while waiting:
             remaining = None if deadline_at is None else deadline_at - time.monotonic()
             ready = self._wait_any(waiting, remaining)
             if not ready:
                 if deadline_at is not None and time.monotonic() >= deadline_at:
-                    raise self._silent(sorted(waiting.values()), limit)
+                    raise self._silent(sorted(waiting.values()), deadline.exceeded())
                 continue  # a long wait is cut into pieces (wait_handles): not the deadline
             for w in sorted({waiting[c] for c in ready if c in waiting} | self._dead_in(ready)):
                 if w in waiting.values():

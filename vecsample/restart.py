@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from vecsample import errors
-from vecsample.config import SamplerConfig
+from vecsample.config import Deadline, SamplerConfig
 from vecsample.pool import WorkerPool
 from vecsample.protocol import WorkerState
 from vecsample.results import StepResult
@@ -78,9 +78,10 @@ class Restarts:
         self.streams = list(seeds)
         return seeds
 
-    def heal(self, workers: list[int]) -> None:
+    def heal(self, workers: list[int], deadline: Deadline | None = None) -> None:
         """With restart on, workers left failed or dead by a synchronous call are respawned
-        before their next use (their envs flagged like any restart)."""
+        before their next use (their envs flagged like any restart), within the ``deadline`` of
+        the call that needs them (default: the sampler's deadline and startup_deadline)."""
         if not self._config.restart:
             return
         for w in workers:
@@ -88,7 +89,7 @@ class Restarts:
             if state in (WorkerState.FAILED, WorkerState.DEAD):
                 cause = errors.WorkerLostError(call="heal", worker=w, state=state.value)
                 result = self._restart(w, f"was {state.value} when it was next used", cause,
-                                       [], True)
+                                       [], True, deadline)
                 self._channel.hold(w, result)  # its next step returns this restart
 
     def force(self, w: int, reason: str, copy: bool) -> StepResult:
@@ -98,7 +99,7 @@ class Restarts:
         return self._restart(w, reason, cause, [], copy)
 
     def _restart(self, w: int, reason: str, cause: BaseException, results: list[StepResult],
-                 copy: bool) -> StepResult:
+                 copy: bool, deadline: Deadline | None = None) -> StepResult:
         """Respawns worker ``w`` in place and returns its flagged result; the others' rows are
         never touched. Raises RestartLimitError past ``max_restarts``."""
         if len(self.log) >= self._config.max_restarts:
@@ -110,7 +111,7 @@ class Restarts:
             ) from cause
         self.log.append((w, reason))
         try:
-            reset_infos = self._respawn(w)
+            reset_infos = self._respawn(w, deadline or Deadline(self._config.deadline))
         except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
             exc.results = [*results, *exc.results]
             raise
@@ -121,15 +122,16 @@ class Restarts:
             result.infos[lo + j] = {"restart_reason": reason}
         return result
 
-    def _respawn(self, w: int) -> list[tuple[int, dict[str, Any]]]:
-        """A fresh worker ``w`` with re-seeded envs and flagged rows; the reset infos."""
+    def _respawn(self, w: int, deadline: Deadline) -> list[tuple[int, dict[str, Any]]]:
+        """A fresh worker ``w`` with re-seeded envs and flagged rows, built and reset within
+        ``deadline``; the reset infos."""
         self._pool.stop(w)
         self._channel.forget(w)  # after the old process is gone: nothing can write behind us
-        self._pool.respawn(w)
+        self._pool.respawn(w, deadline.per(self._config.startup_deadline))
         lo, hi = self._config.bounds(w)
         restarts = sum(1 for worker, _ in self.log if worker == w)
         seeds = [restart_seed(stream, restarts) for stream in self.streams[lo:hi]]
         streams = [None] * lo + seeds  # only worker w's rows are read
-        infos = self._pool.reset(streams, None, None, self._config.deadline, workers=[w])
+        infos = self._pool.reset(streams, None, None, deadline, workers=[w])
         self._channel.flag_restarted(w)
         return [(j, infos[lo + j]) for j in range(hi - lo)]

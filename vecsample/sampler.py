@@ -27,6 +27,7 @@ from vecsample.config import (
     DEFAULT_CONTEXT,
     DEFAULT_DEADLINE,
     STARTUP_DEADLINE,
+    Deadline,
     EnvMaker,
     SamplerConfig,
     check_seconds,
@@ -268,26 +269,32 @@ class VecSampler(EnvCommands):
 
     def reset(
         self, seed: SeedArg = None, options: dict[str, Any] | None = None, *,
-        mask: np.ndarray | None = None,
+        mask: np.ndarray | None = None, deadline: float | None = None,
     ) -> tuple[Any, Infos]:
         """Resets the envs (those in ``mask``, if given) and returns (obs views, infos).
 
         ``seed``: an int seeds env j with child j of ``SeedSequence(seed)``; a list gives each
         env its own seed; None uses the constructor's seed on the first reset, then no reseed.
+        ``deadline``: seconds the whole call may take, restarts included (None: the sampler's
+        ``deadline`` bounds each wait, ``startup_deadline`` a restarted worker's build).
         """
-        self._expect_commandable("reset")
+        bound = Deadline(self.deadline) if deadline is None else Deadline.within(
+            check_seconds(deadline, "deadline"))
+        self._expect_commandable("reset", bound)
         flags = _check_mask(mask, self.num_envs)
         self._log.reset(seed, options, flags)
         seeds = self._restarts.seeds_for_reset(seed)
-        infos = self._pool.reset(seeds, options, flags, self.deadline, heal=self._heal)
+        infos = self._pool.reset(seeds, options, flags, bound, heal=self._heal)
         self._channel.drop_held()  # respawned workers were reset too: no restart to report
         return self._channel.all_views.obs, infos
 
-    def _expect_commandable(self, call: str) -> None:
-        """Reads an interrupted command's replies; finds workers that died since their last call."""
+    def _expect_commandable(self, call: str, deadline: Deadline | None = None) -> None:
+        """Reads an interrupted command's replies; finds workers that died since their last call
+        (and, with restart, respawns them), within ``deadline`` (default: the sampler's)."""
         self._check_open()
-        self._pool.settle(self.deadline, raise_deaths=not self.restart)
-        self._expect_all_idle(call)
+        deadline = deadline or Deadline(self.deadline)
+        self._pool.settle(deadline, raise_deaths=not self.restart)
+        self._expect_all_idle(call, deadline)
 
     def _check_open(self) -> None:
         """Every call starts here: a SIGINT held by the last send is raised, before anything."""
@@ -300,10 +307,10 @@ class VecSampler(EnvCommands):
             self._restarts.heal([w])
             self._states.expect_idle(w, call)
 
-    def _expect_all_idle(self, call: str) -> None:
+    def _expect_all_idle(self, call: str, deadline: Deadline | None = None) -> None:
         self._check_open()
         if not self._states.all_idle():  # the hot path (every step() call): one C-level count
-            self._restarts.heal(self._states.lost())
+            self._restarts.heal(self._states.lost(), deadline)
             self._states.expect_all_idle(call)
 
     def add_phases(self, source: PhaseSource) -> None:

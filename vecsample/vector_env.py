@@ -172,8 +172,8 @@ class VectorEnv(gym.vector.VectorEnv):
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Runs the reset recorded by ``reset_async``, in at most ``timeout`` seconds."""
         seeds, options, mask = self._take("reset")
-        with _call_deadline(self._sampler, timeout), _env_errors():
-            obs, env_infos = self._sampler.reset(seeds, options, mask=mask)
+        with _env_errors():  # the timeout bounds the whole call, restarts included
+            obs, env_infos = self._sampler.reset(seeds, options, mask=mask, deadline=timeout)
         infos: dict[str, Any] = {}
         for i, info in enumerate(env_infos):
             if mask is None or mask[i]:
@@ -464,8 +464,9 @@ def _split_reset_mask(
     options: dict[str, Any] | None, num_envs: int
 ) -> tuple[dict[str, Any] | None, np.ndarray | None]:
     """``options`` without ``"reset_mask"`` (the caller's dict is left alone), and the mask,
-    checked as gymnasium checks it."""
-    if options is None or "reset_mask" not in options:
+    checked as gymnasium checks it. Only a mapping can hold a mask: other options (an int, a
+    string, a list) reach the envs' ``reset`` as they are, as gymnasium passes them."""
+    if not isinstance(options, Mapping) or "reset_mask" not in options:
         return options, None
     options = dict(options)
     mask = options.pop("reset_mask")

@@ -14,6 +14,7 @@ import functools
 import multiprocessing.forkserver
 import os
 import pickle
+import reprlib
 import signal
 import sys
 import threading
@@ -47,6 +48,9 @@ from vecsample.spaces import Leaf, flatten, unflatten
 #: How often the watchdog thread checks that the parent is still alive (seconds).
 WATCHDOG_PERIOD = 0.2
 _PR_SET_PDEATHSIG = 1
+#: numpy dtype kinds a batch of observations may stack to and be copied in one slice: bool,
+#: ints, floats, complex (not strings, bytes or objects).
+_NUMERIC_KINDS = "biufc"
 
 
 @dataclass
@@ -506,7 +510,8 @@ def _obs_writer(buffers: SharedBuffers, views: list[np.ndarray]) -> Callable[[in
     """``write(j, value)``: puts env j's (possibly nested) observation into ``views``.
 
     A fixed-shape leaf's value must have exactly the leaf's shape: numpy would broadcast
-    a (2,) observation into a (2, 2) row without a word, so that is an EnvOutputError."""
+    a (2,) observation into a (2, 2) row without a word, so that is an EnvOutputError; so is
+    a value numpy cannot convert to the leaf's dtype (a string for a float Box)."""
     space, obs_leaves = buffers.observation_space, buffers.obs_leaves
     shapes = [leaf.shape if leaf.shared else None for leaf in obs_leaves]
     # The common case: one bare leaf (not a Dict/Tuple of one), one numpy row assignment.
@@ -517,7 +522,10 @@ def _obs_writer(buffers: SharedBuffers, views: list[np.ndarray]) -> Callable[[in
             if shape is not None and shape != (
                     value.shape if type(value) is np.ndarray else np.shape(value)):
                 raise _shape_error(obs_leaves[0], value)
-            view[j] = value
+            try:
+                view[j] = value
+            except (ValueError, TypeError) as exc:
+                raise _type_error(obs_leaves[0], value) from exc
 
         return write
 
@@ -526,7 +534,10 @@ def _obs_writer(buffers: SharedBuffers, views: list[np.ndarray]) -> Callable[[in
                                                 flatten(space, value), strict=True):
             if shape is not None and np.shape(part) != shape:
                 raise _shape_error(leaf, part)
-            leaf_view[j] = part
+            try:
+                leaf_view[j] = part
+            except (ValueError, TypeError) as exc:
+                raise _type_error(leaf, part) from exc
 
     return write_nested
 
@@ -548,7 +559,9 @@ def _obs_batcher(worker: _Worker) -> tuple[Callable[[int, Any], None], Callable[
             stacked = np.asarray(rows if k == len(rows) else rows[:k])
         except (ValueError, TypeError):  # ragged: numpy cannot stack them
             stacked = None
-        if stacked is not None and stacked.shape == view[:k].shape and stacked.dtype != object:
+        # Numbers only: strings would stack too, and fail the copy with no env to name.
+        if (stacked is not None and stacked.shape == view[:k].shape
+                and stacked.dtype.kind in _NUMERIC_KINDS):
             view[:k] = stacked
             return
         bad: list[tuple[int, Exception]] = []
@@ -566,8 +579,17 @@ def _obs_batcher(worker: _Worker) -> tuple[Callable[[int, Any], None], Callable[
 
 def _shape_error(leaf: Leaf, value: Any) -> EnvOutputError:
     return EnvOutputError(
-        f"observation {leaf.name!r} has shape {np.shape(value)}, expected {leaf.shape} for "
-        f"{leaf.space}; return observations of the space's shape (nothing is broadcast)."
+        f"observation {leaf.name!r} is a {type(value).__name__} of shape {np.shape(value)}, "
+        f"expected {leaf.shape} of {leaf.dtype} for {leaf.space}; return observations of the "
+        f"space's shape (nothing is broadcast)."
+    )
+
+
+def _type_error(leaf: Leaf, value: Any) -> EnvOutputError:
+    return EnvOutputError(
+        f"observation {leaf.name!r} is a {type(value).__name__} ({reprlib.repr(value)}), "
+        f"expected {leaf.dtype} values of shape {leaf.shape} for {leaf.space}; return numbers "
+        f"of the space's dtype (np.asarray(obs, dtype=space.dtype)) from reset() and step()."
     )
 
 
