@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import tyro
 
 from vecsample import VecSampler
+from vecsample._parent.replay import Recorder
 from vecsample.config import SamplerConfig
-from vecsample.replay import Recorder
 from vecsample.results import StepResult
 from vecsample.tools.compare import LoopResult, sampling_loop
 from vecsample.tools.policies import random_policy

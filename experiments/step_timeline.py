@@ -24,7 +24,7 @@ import numpy as np
 import tyro
 
 from vecsample import VecSampler
-from vecsample import worker as worker_module
+from vecsample._worker import main as worker_module
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 DOCUMENTED = [
-    "vecsample.vector_env.VectorEnv",
-    "vecsample.vector_env.make_vec",
+    "vecsample.adapters.gymnasium.VectorEnv",
+    "vecsample.adapters.gymnasium.make_vec",
     "vecsample.train.rollout.Rollout",
     "vecsample.sampler.VecSampler",
     "vecsample.hosted.HostedVector",

@@ -26,7 +26,7 @@ from gymnasium import spaces as gym_spaces
 from helpers import kill_and_wait
 
 from vecsample import VecSampler, errors
-from vecsample.signals import critical
+from vecsample._parent.signals import critical
 from vecsample.testing import CountingEnv, SlowEnv, SpaceEnv, fns
 
 posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")

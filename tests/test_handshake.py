@@ -1,4 +1,4 @@
-"""The step handshake (vecsample/handshake.py): counters in shared memory, pipes as doorbells.
+"""The step handshake (vecsample/_wire/handshake.py): counters in shared memory, pipes as doorbells.
 
 Each test drives the paths that do not show in a plain benchmark: both sides asleep on every
 step (spinning off), the unordered protocol of non-x86 platforms, infos larger than a pipe
@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vecsample import errors, handshake
+from vecsample import errors
+from vecsample._wire import handshake
 from vecsample.testing import CountingEnv, DyingEnv, SlowEnv, fns
 
 

@@ -1,4 +1,4 @@
-"""Infos through shared-memory columns (vecsample/infos.py): what VectorEnv and VecSampler
+"""Infos through shared-memory columns (vecsample/_wire/infos.py): what VectorEnv and VecSampler
 return must equal what the envs gave, whatever the schema, including keys that appear late,
 keys whose type changes between envs, and values no column can hold."""
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vecsample
-from vecsample.protocol import AutoresetMode
+from vecsample._wire.protocol import AutoresetMode
 
 #: The kinds of info value an env may return: every column kind, and ones that stay pickled.
 KINDS = ["float", "int", "bool", "f32", "i16", "vec_f4", "mat_i8", "np_bool", "str", "nested",

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from vecsample import VecSampler
+from vecsample._wire.spaces import copy_tree
 from vecsample.seeding import env_seeds
-from vecsample.spaces import copy_tree
 from vecsample.testing import SpaceEnv
 
 FLOATS = [np.float16, np.float32, np.float64]

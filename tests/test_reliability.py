@@ -242,7 +242,7 @@ def test_sigterm_and_sigint_in_the_parent_close_the_workers_cleanly(tmp_path, si
 
 
 def test_sigterm_handler_is_installed_once_and_never_replaces_a_users(make_sampler):
-    from vecsample import signals
+    from vecsample._parent import signals
 
     previous = signal.getsignal(signal.SIGTERM)
     try:

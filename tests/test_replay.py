@@ -1,4 +1,4 @@
-"""Recording and replaying partial batches (vecsample/replay.py, docs/semantics.md).
+"""Recording and replaying partial batches (vecsample/_parent/replay.py, docs/semantics.md).
 
 The runs use StragglerEnv with ``seed=None``: its step times come from the OS's entropy, so the
 arrival order, and with it which workers each ``step_recv(timeout)`` returns, changes from run
@@ -24,7 +24,7 @@ import pytest
 from helpers import kill_and_wait
 
 from vecsample import VecSampler, errors
-from vecsample.replay_log import MAGIC, LogReader, Tag
+from vecsample._wire.replay_log import MAGIC, LogReader, Tag
 from vecsample.testing import CountingEnv, StragglerEnv, fns
 
 WORKERS, PER_WORKER = 4, 2

@@ -14,7 +14,7 @@ import pytest
 
 from tests.test_bench import parse
 from vecsample import VecSampler
-from vecsample.protocol import AutoresetMode
+from vecsample._wire.protocol import AutoresetMode
 from vecsample.testing import CountingEnv, SleepEnv, sleep_fns
 from vecsample.tools import bench, efficiency
 

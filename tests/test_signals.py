@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vecsample import VecSampler, errors, signals
+from vecsample import VecSampler, errors
+from vecsample._parent import signals
 from vecsample.testing import CountingEnv, fns
 
 posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")

@@ -9,9 +9,9 @@ import pytest
 from gymnasium import spaces
 from helpers import assert_same
 
+from vecsample._wire.spaces import bounds_checker, copy_tree, flatten, leaves
 from vecsample.errors import ActionShapeError, ActionSpaceError
 from vecsample.seeding import env_seeds
-from vecsample.spaces import bounds_checker, copy_tree, flatten, leaves
 from vecsample.testing import SpaceEnv
 
 ALL_DTYPES = spaces.Dict({

@@ -1,9 +1,13 @@
 """The package's shape: short functions and classes, and a core that needs no integration.
 
 The core is every module at the top of ``vecsample/`` (``vecsample/*.py``) except ``__main__.py``,
-the command-line entry, whose job is to load the tools by name. Integrations (``vecsample.train``,
-``vecsample.ray``, ``vecsample.maml``) and tools (``vecsample.tools``) build on the core; the core
-never imports them, so ``import vecsample`` stays light and never pulls in torch or ray.
+the command-line entry, whose job is to load the tools by name, and every module of the packages
+grouped by the process they run in (``_parent``, ``_worker``, ``_wire``) and of ``adapters``.
+Inside the core, ``_worker`` never imports ``_parent`` (a worker process runs none of the
+trainer's code), and ``_wire`` (formats both share) imports neither (docs/architecture.md).
+Integrations (``vecsample.train``, ``vecsample.ray``, ``vecsample.maml``) and tools
+(``vecsample.tools``) build on the core; the core never imports them, so ``import vecsample``
+stays light and never pulls in torch or ray.
 
 Each checker is a plain function of source text, so the tests at the end feed it small synthetic
 sources and check that it reports what it must: a checker that cannot fail proves nothing.
@@ -116,8 +120,27 @@ def forbidden_imports(source: str, filename: str) -> list[str]:
     return [f"{filename}:{line} imports {name}" for line, name in shown]
 
 
+#: The core's packages, grouped by the process their code runs in, and what each must not import.
+CORE_PACKAGES = ("_parent", "_worker", "_wire", "adapters")
+BANNED = {
+    "_worker": ("vecsample._parent",),
+    "_wire": ("vecsample._parent", "vecsample._worker"),
+}
+
+
 def core_modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.glob("*.py") if p.name != "__main__.py")
+    top = [p for p in PACKAGE.glob("*.py") if p.name != "__main__.py"]
+    return sorted([*top, *(p for pkg in CORE_PACKAGES for p in (PACKAGE / pkg).glob("*.py"))])
+
+
+def banned_imports(source: str, filename: str, banned: tuple[str, ...]) -> list[str]:
+    """Every import in ``source`` of a module under one of ``banned``, as ``file:line`` lines."""
+    package = filename.removesuffix(".py").replace("/", ".").rpartition(".")[0]
+    hits = sorted({(line, name) for line, name in imported_names(source, filename, package)
+                   if any(name == b or name.startswith(b + ".") for b in banned)})
+    shown = [(line, name) for line, name in hits
+             if not any(line == at and name.startswith(other + ".") for at, other in hits)]
+    return [f"{filename}:{line} imports {name}" for line, name in shown]
 
 
 def loaded_after(statement: str) -> list[str]:
@@ -147,6 +170,32 @@ def test_the_core_imports_no_integration_or_tool():
     offenders = [o for path in modules
                  for o in forbidden_imports(path.read_text(), _relative(path))]
     assert not offenders, "the core imports integrations or tools:\n" + "\n".join(offenders)
+
+
+def test_files_are_grouped_by_the_process_they_run_in():
+    """_worker never imports _parent; _wire imports neither (module level and in functions)."""
+    offenders = []
+    for package, banned in BANNED.items():
+        modules = sorted((PACKAGE / package).glob("*.py"))
+        assert len(modules) > 1, f"vecsample/{package} holds {modules}"
+        offenders += [o for path in modules
+                      for o in banned_imports(path.read_text(), _relative(path), banned)]
+    assert not offenders, "imports across the process line:\n" + "\n".join(offenders)
+
+
+def test_banned_imports_finds_relative_and_absolute_ones():
+    source = textwrap.dedent("""
+        from vecsample._wire import protocol
+        from .._parent import pool
+        from vecsample import _parent
+
+        def later():
+            import vecsample._worker.main
+    """)
+    found = banned_imports(source, "vecsample/_wire/x.py", BANNED["_wire"])
+    assert found == ["vecsample/_wire/x.py:3 imports vecsample._parent",
+                     "vecsample/_wire/x.py:4 imports vecsample._parent",
+                     "vecsample/_wire/x.py:7 imports vecsample._worker.main"], found
 
 
 def test_import_vecsample_loads_no_integration_tool_torch_or_ray():

@@ -7,11 +7,11 @@ batch-native vector env per worker) and the ``errors`` module. torch is never im
 """
 
 from vecsample import errors
+from vecsample._wire.protocol import AutoresetMode
+from vecsample.adapters.gymnasium import VectorEnv, make_vec
 from vecsample.hosted import HostedVector
-from vecsample.protocol import AutoresetMode
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler
-from vecsample.vector_env import VectorEnv, make_vec
 
 __all__ = [
     "AutoresetMode",

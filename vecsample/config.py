@@ -20,11 +20,11 @@ from typing import Any
 
 import gymnasium as gym
 
+from vecsample._parent.startup import AUTO, resolve_context
+from vecsample._wire.protocol import AutoresetMode, EnvFn
 from vecsample.errors import ConfigError
 from vecsample.hosted import HostedVector
-from vecsample.protocol import AutoresetMode, EnvFn
 from vecsample.seeding import check_seed
-from vecsample.startup import AUTO, resolve_context
 
 #: Default whole-call deadline (seconds): no call blocks longer, even if a worker hangs.
 DEFAULT_DEADLINE = 300.0

@@ -417,7 +417,7 @@ class RestartLimitError(WorkerError):
         )
 
 
-# --- recording and replaying a run (vecsample/replay.py) -------------------------------------
+# --- recording and replaying a run (vecsample/_parent/replay.py) ----------------------------------
 
 
 class ReplayError(VecSampleError):

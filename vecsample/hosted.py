@@ -27,17 +27,17 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
+from vecsample._wire.protocol import AutoresetMode, Command, InfoRecord, ResetReply, Space
+from vecsample._wire.spaces import leaves, unflatten
 from vecsample.errors import (
     AutoresetMismatchError,
     EnvFactoryError,
     EnvOutputError,
     HostedEnvError,
 )
-from vecsample.protocol import AutoresetMode, Command, InfoRecord, ResetReply, Space
-from vecsample.spaces import leaves, unflatten
 
 if TYPE_CHECKING:
-    from vecsample.worker import _Worker
+    from vecsample._worker.main import _Worker
 
 #: Builds a batch of ``num_envs`` envs: ``fn(num_envs) -> gymnasium.vector.VectorEnv``.
 VectorEnvFn = Callable[[int], gym.vector.VectorEnv]

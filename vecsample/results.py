@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from vecsample.infos import InfoMap
+from vecsample._wire.infos import InfoMap
 
 #: One info dict per env, as gymnasium's single envs return them.
 Infos = list[dict[str, Any]]

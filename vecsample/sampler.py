@@ -21,8 +21,20 @@ from typing import Any
 
 import numpy as np
 
-from vecsample import errors, handshake, hosted, signals
-from vecsample.commands import EnvCommands
+from vecsample import errors, hosted
+from vecsample._parent import signals
+from vecsample._parent.commands import EnvCommands
+from vecsample._parent.pool import WorkerPool
+from vecsample._parent.replay import NO_LOG, NoLog, open_log
+from vecsample._parent.restart import Restarts
+from vecsample._parent.stats import Meter, PhaseSource
+from vecsample._parent.stepping import StepChannel
+from vecsample._wire import handshake
+from vecsample._wire.handshake import HandshakeState
+from vecsample._wire.protocol import AutoresetMode, EnvFn, Space, WorkerState
+from vecsample._wire.replay_log import PathArg
+from vecsample._wire.shm import STAT_FIELDS, SharedBuffers
+from vecsample._wire.spaces import Actions, ActionWriter, leaves
 from vecsample.config import (
     DEFAULT_CONTEXT,
     DEFAULT_DEADLINE,
@@ -33,19 +45,9 @@ from vecsample.config import (
     check_seconds,
     usable_cores,
 )
-from vecsample.handshake import HandshakeState
 from vecsample.hosted import HostedVector
-from vecsample.pool import WorkerPool
-from vecsample.protocol import AutoresetMode, EnvFn, Space, WorkerState
-from vecsample.replay import NO_LOG, NoLog, open_log
-from vecsample.replay_log import PathArg
-from vecsample.restart import Restarts
 from vecsample.results import Infos, StepResult
 from vecsample.seeding import SeedArg
-from vecsample.shm import STAT_FIELDS, SharedBuffers
-from vecsample.spaces import Actions, ActionWriter, leaves
-from vecsample.stats import Meter, PhaseSource
-from vecsample.stepping import StepChannel
 
 __all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "EnvMaker", "VecSampler", "usable_cores"]
 

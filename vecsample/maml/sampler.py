@@ -37,12 +37,12 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
 from vecsample import errors
+from vecsample._wire.protocol import AutoresetMode
 from vecsample.config import DEFAULT_CONTEXT, DEFAULT_DEADLINE, check_int, check_seconds
 from vecsample.envs.base import Task, TaskEnv
 from vecsample.maml.episodes import BatchEpisodes
 from vecsample.maml.errors import TaskEnvError
 from vecsample.maml.losses import reinforce_loss
-from vecsample.protocol import AutoresetMode
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.seeding import SeedStream

@@ -28,11 +28,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from vecsample._wire.protocol import AutoresetMode
 from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
 from vecsample.extras import require
 from vecsample.hosted import VECTORIZATIONS
-from vecsample.protocol import AutoresetMode
 from vecsample.sampler import usable_cores
 from vecsample.tools import compare, efficiency
 from vecsample.tools.bench_backends import (

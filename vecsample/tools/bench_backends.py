@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
+from vecsample.adapters.gymnasium import VectorEnv
 from vecsample.config import EnvMaker
 from vecsample.extras import require
 from vecsample.hosted import HostedVector
@@ -31,7 +32,6 @@ from vecsample.sampler import VecSampler
 from vecsample.testing import sleep_fns
 from vecsample.tools.compare import sampling_loop
 from vecsample.tools.policies import ACTION_TABLE, ActionTable, Policy, mlp_policy
-from vecsample.vector_env import VectorEnv
 
 #: forkserver for the bare loops: the processes start from a small clean server, not from a
 #: copy of this process (which may hold torch threads), like vecsample's own workers.

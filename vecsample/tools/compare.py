@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from vecsample._wire.protocol import EnvFn
 from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
 from vecsample.extras import require
-from vecsample.protocol import EnvFn
 from vecsample.sampler import VecSampler
 from vecsample.testing import SlowEnv
 from vecsample.tools.policies import (

@@ -21,11 +21,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample.protocol import AutoresetMode
-from vecsample.shm import SharedBuffers
+from vecsample._wire.protocol import AutoresetMode
+from vecsample._wire.shm import SharedBuffers
+from vecsample._worker.main import WorkerSpec, local_step
 from vecsample.tools.bench_backends import bare_steps
 from vecsample.tools.policies import ActionTable
-from vecsample.worker import WorkerSpec, local_step
 
 EnvFns = Sequence[Callable[[], gym.Env[Any, Any]]]
 

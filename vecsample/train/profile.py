@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, TypedDict
 
-from vecsample.stats import wall_split
+from vecsample._parent.stats import wall_split
 
 Clock = Callable[[], float]
 

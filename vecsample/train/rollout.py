@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from vecsample import errors
-from vecsample.protocol import AutoresetMode
+from vecsample._wire.protocol import AutoresetMode
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.train.device import (

@@ -13,12 +13,12 @@ import time
 from typing import Any
 
 from vecsample import errors
+from vecsample._parent.pool import WorkerPool
+from vecsample._parent.stepping import StepChannel
+from vecsample._wire.protocol import WorkerState
 from vecsample.config import Deadline, SamplerConfig
-from vecsample.pool import WorkerPool
-from vecsample.protocol import WorkerState
 from vecsample.results import StepResult
 from vecsample.seeding import SeedArg, env_seeds, resolve_seeds, restart_seed
-from vecsample.stepping import StepChannel
 
 
 class Restarts:

@@ -14,17 +14,19 @@ import signal
 import time
 from collections.abc import Sequence
 
-from vecsample import errors, handshake, signals
+from vecsample import errors
+from vecsample._parent import signals
+from vecsample._parent.pool import WorkerPool
+from vecsample._parent.signals import Section
+from vecsample._parent.stats import Meter
+from vecsample._wire import handshake
+from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
+from vecsample._wire.infos import RESET, STEP, Schema, read_block
+from vecsample._wire.protocol import InfoRecord, Reply, WorkerState
+from vecsample._wire.shm import SharedBuffers, Views
+from vecsample._wire.spaces import copy_tree
 from vecsample.config import SamplerConfig
-from vecsample.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
-from vecsample.infos import RESET, STEP, Schema, read_block
-from vecsample.pool import WorkerPool
-from vecsample.protocol import InfoRecord, Reply, WorkerState
 from vecsample.results import StepResult
-from vecsample.shm import SharedBuffers, Views
-from vecsample.signals import Section
-from vecsample.spaces import copy_tree
-from vecsample.stats import Meter
 
 
 class StepChannel:
@@ -41,7 +43,7 @@ class StepChannel:
         self._action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
         self._hs = ParentSide(buffers.control(), config.num_workers, pool.ring_reader,
                               config.spin_s, ordered)
-        #: The info columns given out so far (vecsample/infos.py).
+        #: The info columns given out so far (vecsample/_wire/infos.py).
         self._schema = Schema(buffers.infos)
         #: Views of every env's rows, and of each worker's block.
         self.all_views: Views = buffers.views()

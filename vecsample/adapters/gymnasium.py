@@ -20,13 +20,14 @@ import numpy as np
 from gymnasium import logger, spaces
 from gymnasium.vector.utils import batch_space
 
-from vecsample import errors, hosted, vector_infos
+from vecsample import errors, hosted
+from vecsample._wire.protocol import AutoresetMode, EnvFn, Space
+from vecsample._wire.spaces import copy_tree
+from vecsample.adapters import vector_infos
 from vecsample.config import check_int, check_mode, env_factories
 from vecsample.hosted import HostedVector
-from vecsample.protocol import AutoresetMode, EnvFn, Space
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler, usable_cores
-from vecsample.spaces import copy_tree
 
 #: Spaces whose values have one fixed shape and dtype.
 FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)

@@ -14,7 +14,7 @@ log before its next step (``InfoWriter.sync``). The log only grows, so nothing a
 is ever rewritten. After a step, the worker says in two words of its control row which columns
 it wrote (bitmasks); the parent copies just those (``read_block``) into the result's
 ``InfoMap``, which builds per-env dicts only when they are read. ``VectorEnv`` builds
-gymnasium's vector infos from the copied columns directly (``vecsample.vector_infos``).
+gymnasium's vector infos from the copied columns directly (``vecsample.adapters.vector_infos``).
 """
 
 from __future__ import annotations

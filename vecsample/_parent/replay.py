@@ -29,9 +29,10 @@ import msgpack
 import numpy as np
 
 from vecsample import errors
-from vecsample.config import SamplerConfig
-from vecsample.protocol import Command
-from vecsample.replay_log import (
+from vecsample._parent.restart import Restarts
+from vecsample._parent.stepping import StepChannel
+from vecsample._wire.protocol import Command
+from vecsample._wire.replay_log import (
     IDENTITY,
     LogReader,
     LogWriter,
@@ -42,9 +43,8 @@ from vecsample.replay_log import (
     header,
     seed_field,
 )
-from vecsample.restart import Restarts
+from vecsample.config import SamplerConfig
 from vecsample.results import StepResult
-from vecsample.stepping import StepChannel
 
 #: How often (seconds) a recording reaches the file while it runs; it always does on close().
 FLUSH_EVERY = 1.0

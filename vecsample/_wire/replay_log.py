@@ -22,8 +22,8 @@ import msgpack
 import numpy as np
 
 from vecsample import errors
+from vecsample._wire.protocol import Command
 from vecsample.config import EnvMaker, SamplerConfig
-from vecsample.protocol import Command
 
 #: The first bytes of every log.
 MAGIC = b"VSREPLAY"

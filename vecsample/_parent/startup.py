@@ -29,8 +29,8 @@ from typing import Any
 
 import cloudpickle
 
+from vecsample._wire.protocol import EnvFn
 from vecsample.errors import ConfigError, MainGuardError
-from vecsample.protocol import EnvFn
 
 AUTO = "auto"
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)

@@ -1,7 +1,7 @@
 """The parent–worker contract on one page: commands, replies, worker states, autoreset modes.
 
-Steps go through shared memory (``vecsample.handshake``): sequence counters, with pipes only as
-doorbells for a sleeping side, and a pickled ``(Reply.OK, StepReply)`` or
+Steps go through shared memory (``vecsample._wire.handshake``): sequence counters, with pipes
+only as doorbells for a sleeping side, and a pickled ``(Reply.OK, StepReply)`` or
 ``(Reply.ERROR, report)`` on the pipe after a step that has infos, pickled leaves or failed.
 Every other command travels on one duplex ``multiprocessing.Pipe`` per worker
 (see docs/architecture.md):
@@ -12,9 +12,9 @@ Every other command travels on one duplex ``multiprocessing.Pipe`` per worker
   one-byte messages.
 
 Bulk data (actions, observations, rewards, flags, final observations) never travels on the
-pipe: it lives in shared memory (``vecsample.shm``). The exception is a *pickled leaf*, a space
-with no fixed shape (Text, Graph, Sequence, OneOf, custom): its values ride in the step's reply,
-and its actions in one pickled message the parent sends right after posting the step.
+pipe: it lives in shared memory (``vecsample._wire.shm``). The exception is a *pickled leaf*, a
+space with no fixed shape (Text, Graph, Sequence, OneOf, custom): its values ride in the step's
+reply, and its actions in one pickled message the parent sends right after posting the step.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ OK_MESSAGE = b"\x00"
 #: The reset info is set when the env was auto-reset during this step.
 InfoRecord = tuple[int, dict[str, object], "dict[str, object] | None"]
 #: A step's message payload: the infos that did not fit in shared-memory columns (None: none),
-#: the pickled leaves' values, and info keys proposed for new columns (vecsample/infos.py).
+#: the pickled leaves' values, and info keys proposed for new columns (vecsample/_wire/infos.py).
 StepReply = tuple["list[InfoRecord] | None", "dict[str, list[Any]] | None",
                   "dict[str, tuple[type, str, tuple[int, ...]]]"]
 #: A reset's reply: (local env index, reset info) per env reset, and the pickled leaves' values.

@@ -26,14 +26,21 @@ from typing import Any
 import numpy as np
 
 from vecsample import errors, hosted
+from vecsample._parent.signals import critical
+from vecsample._parent.startup import PickledFactory, check_main_guard
+from vecsample._wire.handshake import FUTEX, Bell
+from vecsample._wire.protocol import (
+    OK_MESSAGE,
+    Command,
+    ErrorReport,
+    Reply,
+    WorkerState,
+    WorkerStates,
+)
+from vecsample._wire.shm import SharedBuffers
+from vecsample._worker.main import WorkerSpec, worker_main
 from vecsample.config import Deadline, SamplerConfig
-from vecsample.handshake import FUTEX, Bell
-from vecsample.protocol import OK_MESSAGE, Command, ErrorReport, Reply, WorkerState, WorkerStates
 from vecsample.results import StepResult
-from vecsample.shm import SharedBuffers
-from vecsample.signals import critical
-from vecsample.startup import PickledFactory, check_main_guard
-from vecsample.worker import WorkerSpec, worker_main
 
 #: The longest single wait handed to poll(): longer ones are cut (poll takes int milliseconds).
 MAX_POLL_MS = 2**31 - 1

@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from vecsample import errors
+from vecsample._parent.pool import Heal, WorkerPool
+from vecsample._parent.replay import NoLog
+from vecsample._wire.protocol import Command
 from vecsample.config import Deadline
-from vecsample.pool import Heal, WorkerPool
-from vecsample.protocol import Command
-from vecsample.replay import NoLog
 
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@ Why RawArray and not ``multiprocessing.shared_memory.SharedMemory``: a RawArray 
 anonymous arena whose /dev/shm file is unlinked the moment it is created, so nothing is left
 behind when a process is SIGKILLed. A named SharedMemory block leaks until someone unlinks it.
 Why no lock: each worker writes only its own rows, and the parent reads them only after the
-worker published the end of its step (vecsample/handshake.py), which orders the accesses.
+worker published the end of its step (vecsample/_wire/handshake.py), which orders the accesses.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from vecsample.handshake import CONTROL_WORDS, control_rows
-from vecsample.infos import InfoTables
-from vecsample.spaces import Leaf, leaves, unflatten
+from vecsample._wire.handshake import CONTROL_WORDS, control_rows
+from vecsample._wire.infos import InfoTables
+from vecsample._wire.spaces import Leaf, leaves, unflatten
 
 #: The values of pickled leaves for a block of rows, by buffer name ("obs0", "act1", ...).
 Lane = dict[str, list[Any]]
@@ -67,7 +67,7 @@ class SharedBuffers:
     #: Pickled leaves (not shared): one object array per leaf and field, each process its own
     #: copy; the pipe carries their values (see ``lane`` and docs/semantics.md).
     local: dict[str, np.ndarray] = field(init=False)
-    #: The infos' shared-memory columns and their schema log (vecsample/infos.py).
+    #: The infos' shared-memory columns and their schema log (vecsample/_wire/infos.py).
     infos: InfoTables = field(init=False)
 
     def __post_init__(self) -> None:

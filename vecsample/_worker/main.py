@@ -29,10 +29,9 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample import hosted
-from vecsample.errors import EnvFactoryError, EnvOutputError
-from vecsample.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, Waiter, WorkerSide
-from vecsample.infos import InfoWriter, Signature
-from vecsample.protocol import (
+from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, Waiter, WorkerSide
+from vecsample._wire.infos import InfoWriter, Signature
+from vecsample._wire.protocol import (
     OK_MESSAGE,
     AutoresetMode,
     Command,
@@ -42,8 +41,9 @@ from vecsample.protocol import (
     Reply,
     ResetReply,
 )
-from vecsample.shm import Lane, SharedBuffers, Views
-from vecsample.spaces import Leaf, flatten, unflatten
+from vecsample._wire.shm import Lane, SharedBuffers, Views
+from vecsample._wire.spaces import Leaf, flatten, unflatten
+from vecsample.errors import EnvFactoryError, EnvOutputError
 
 #: How often the watchdog thread checks that the parent is still alive (seconds).
 WATCHDOG_PERIOD = 0.2

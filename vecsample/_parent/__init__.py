@@ -1,0 +1,3 @@
+"""The trainer's process: worker processes, commands, the step channel, restart, replay, start-up
+checks, signals and timers.
+"""

@@ -1,0 +1,2 @@
+"""vecsample under another library's API: gymnasium's VectorEnv and its vector infos.
+"""
