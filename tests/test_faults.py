@@ -154,7 +154,8 @@ class InfoSlowEnv(SlowEnv):
 def _interrupt_loop(s: VecSampler, seconds: float, seed: int) -> tuple[dict, dict, int]:
     """step_send/step_recv(timeout) with a SIGINT every 0.5-10 ms; the test's own bookkeeping
     runs inside ``critical`` (a SIGINT there waits for its end), so only the library's calls
-    are interrupted. An interrupted step_send that went through shows as WorkerBusyError."""
+    are interrupted. A step_send that returned, with the SIGINT landing before its count, shows
+    as WorkerBusyError on the retry (a send that raises has posted nothing: test_signals.py)."""
     rng = np.random.default_rng(seed)
     workers = range(s.num_workers)
     sent, received, todo = dict.fromkeys(workers, 0), dict.fromkeys(workers, 0), list(workers)

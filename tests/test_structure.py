@@ -157,10 +157,14 @@ def loaded_after(statement: str) -> list[str]:
 # --- the checks on the package --------------------------------------------------------------------
 
 
-def test_no_function_over_40_lines_and_no_class_over_300_lines():
+def test_no_function_over_40_lines():
+    """Functions are gated at 40 lines. A class over 300 lines is a signal to look for a seam, not
+    a gate (issue 23: classes carved to meet the cap split where there was no contract), so
+    ``oversized`` still names long classes for a reviewer, and this test does not fail on them."""
     files = sorted(PACKAGE.rglob("*.py"))
     assert len(files) > 20, f"expected the whole package, found {files}"
-    offenders = [o for path in files for o in oversized(path.read_text(), _relative(path))]
+    offenders = [o for path in files for o in oversized(path.read_text(), _relative(path))
+                 if " function " in o]
     assert not offenders, f"{len(offenders)} too long:\n" + "\n".join(offenders)
 
 
