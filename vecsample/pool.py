@@ -115,15 +115,24 @@ class WorkerPool:
             ) from exc
         assert all(tag is Reply.READY for tag, _ in replies.values())
 
+    def process_slots(self, w: int) -> range:
+        """The workers served by the process that serves ``w``: ``w`` and, pipelined, its other
+        half."""
+        return self.config.slots(w // self.config.slots_per_process)
+
     def stop(self, w: int) -> None:
-        """Kills what is left of worker ``w`` (before ``respawn``) and closes its pipe."""
-        shutdown([self.procs[w]], [self.conns[w]], 0.0)
+        """Kills what is left of the process serving worker ``w`` (before ``respawn``) and
+        closes its pipes, one per worker it serves."""
+        shutdown([self.procs[w]], [self.conns[s] for s in self.process_slots(w)], 0.0)
 
     def respawn(self, w: int, deadline: Deadline) -> None:
-        """Starts a fresh worker ``w`` on a fresh pipe, after ``stop(w)``, and builds its envs
-        within ``deadline`` (one slot per process: restart is refused with ``pipeline``)."""
-        self.procs[w], (self.conns[w],) = self._spawn(range(w, w + 1))
-        self._await_built([w], deadline)
+        """Starts a fresh process for worker ``w`` (and, pipelined, its other half) on fresh
+        pipes, after ``stop(w)``, and builds its envs within ``deadline``."""
+        slots = self.process_slots(w)
+        proc, conns = self._spawn(slots)
+        for s, conn in zip(slots, conns, strict=True):
+            self.procs[s], self.conns[s] = proc, conn
+        self._await_built(list(slots), deadline)
 
     def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection]]:
         """Starts the process serving workers ``slots``; its pipes, one per worker."""

@@ -14,6 +14,8 @@ import signal
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from vecsample import errors, handshake, signals
 from vecsample.config import SamplerConfig
 from vecsample.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
@@ -53,8 +55,9 @@ class StepChannel:
         #: collect returns them first; their workers stay STEPPING until then.
         self._stash: dict[int, StepResult] = {}
         #: A worker respawned before its next step: that step is not run, its result is the
-        #: flagged restart (held here until the step is posted).
-        self._held: dict[int, StepResult] = {}
+        #: flagged restart (held here until the step is posted), with the rows to write back
+        #: then (None: its rows already hold the restart).
+        self._held: dict[int, tuple[StepResult, list[np.ndarray] | None]] = {}
 
     def send(self, w: int, started: float) -> None:
         """Posts worker ``w``'s step, wakes it and counts ``send_s`` since ``started``: the end
@@ -82,7 +85,10 @@ class StepChannel:
         """Posts worker ``w``'s step and marks it STEPPING; ``ring`` must follow."""
         held = self._held.pop(w, None) if self._held else None
         if held is not None:  # respawned since its last step: its restart is the result
-            self._stash[w] = held
+            self._stash[w], rows = held
+            if rows is not None:  # kept its last result's rows until now (``keep``)
+                self.restore(w, rows)
+                self._flagged[w] = True
         else:
             if self._flagged[w]:  # a restart's flags last until the worker's next step
                 self.views[w].restarted[:] = False
@@ -100,9 +106,44 @@ class StepChannel:
         self._hs.post_all()
         self._states.transition_all(WorkerState.STEPPING)
 
-    def hold(self, w: int, result: StepResult) -> None:
-        """Worker ``w`` was respawned while idle: its next step returns ``result`` instead."""
-        self._held[w] = result
+    def hold(self, w: int, result: StepResult, rows: list[np.ndarray] | None = None) -> None:
+        """Worker ``w`` was respawned while idle: its next step returns ``result`` instead (and
+        writes ``rows``, its restart's, back to its rows first)."""
+        self._held[w] = (result, rows)
+
+    def keep(self, w: int, restart: StepResult, saved: list[np.ndarray]) -> None:
+        """Worker ``w``'s process was respawned for its other half while ``w``'s last result
+        stands (received, or read and still to be delivered): its rows go back to ``saved``
+        (views of that result stay valid) and its next step returns ``restart`` (a copy)."""
+        self.hold(w, restart, self.rows(w))
+        self.restore(w, saved)
+        if w in self._stash:  # to be delivered by this recv (or the next): still stepping
+            self._states.transition(w, WorkerState.STEPPING)
+
+    def carry(self, w: int, restart: StepResult) -> None:
+        """Worker ``w``'s step was lost with its process, respawned for its other half: the
+        restart is its step's result, for this recv (or the next) to deliver."""
+        self._states.transition(w, WorkerState.STEPPING)
+        self._stash[w] = restart
+
+    def settled(self, w: int, copy: bool) -> bool:
+        """Whether worker ``w``'s step in flight has a result that stands: stashed, or finished
+        and read now (stashed). False: it was lost with its process."""
+        if w in self._stash:
+            return True
+        if self._states[w] is WorkerState.STEPPING and self._hs.ready((w,)):
+            self._read_step(w, copy, [])
+            return True
+        return False
+
+    def rows(self, w: int) -> list[np.ndarray]:
+        """Copies of worker ``w``'s rows: every array that its StepResult views."""
+        return [a.copy() for a in _row_arrays(self.views[w])]
+
+    def restore(self, w: int, rows: list[np.ndarray]) -> None:
+        """Writes ``rows`` (from ``rows(w)``) back into worker ``w``'s rows."""
+        for a, saved in zip(_row_arrays(self.views[w]), rows, strict=True):
+            a[...] = saved
 
     def drop_held(self) -> None:
         """A reset replaced every held restart result with fresh episodes."""
@@ -318,6 +359,11 @@ class StepChannel:
         v.truncated[:] = True
         v.restarted[:] = True
         self._flagged[w] = True
+
+
+def _row_arrays(v: Views) -> list[np.ndarray]:
+    return [*v.obs_leaves, *v.final_obs_leaves, v.rewards, v.terminated, v.truncated,
+            v.has_final_obs, v.restarted]
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:
