@@ -127,6 +127,11 @@ class SamplerConfig:
         k = self.slots_per_process
         return range(process * k, (process + 1) * k)
 
+    def process_slots(self, w: int) -> range:
+        """The workers served by the process that serves worker ``w`` (``w`` and, pipelined,
+        its other half)."""
+        return self.slots(w // self.slots_per_process)
+
     @property
     def envs_per_worker(self) -> int:
         """The block size (the largest block, with an uneven split)."""

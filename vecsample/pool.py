@@ -115,20 +115,13 @@ class WorkerPool:
             ) from exc
         assert all(tag is Reply.READY for tag, _ in replies.values())
 
-    def process_slots(self, w: int) -> range:
-        """The workers served by the process that serves ``w``: ``w`` and, pipelined, its other
-        half."""
-        return self.config.slots(w // self.config.slots_per_process)
-
     def stop(self, w: int) -> None:
-        """Kills what is left of the process serving worker ``w`` (before ``respawn``) and
-        closes its pipes, one per worker it serves."""
-        shutdown([self.procs[w]], [self.conns[s] for s in self.process_slots(w)], 0.0)
+        """Kills what is left of worker ``w``'s process (before ``respawn``), closes its pipes."""
+        shutdown([self.procs[w]], [self.conns[s] for s in self.config.process_slots(w)], 0.0)
 
     def respawn(self, w: int, deadline: Deadline) -> None:
-        """Starts a fresh process for worker ``w`` (and, pipelined, its other half) on fresh
-        pipes, after ``stop(w)``, and builds its envs within ``deadline``."""
-        slots = self.process_slots(w)
+        """After ``stop(w)``: a new process for ``w`` (and its other half), built in time."""
+        slots = self.config.process_slots(w)
         proc, conns = self._spawn(slots)
         for s, conn in zip(slots, conns, strict=True):
             self.procs[s], self.conns[s] = proc, conn

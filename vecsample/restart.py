@@ -114,10 +114,10 @@ class Restarts:
         touched. Raises RestartLimitError past ``max_restarts``."""
         self._check_limit(w, reason, cause, results)
         self.log.append((w, reason))
-        others = [s for s in self._pool.process_slots(w) if s != w]
+        others = [s for s in self._config.process_slots(w) if s != w]
         lost = [s for s in others if self._owed(s, pending, results)
                 and not self._channel.settled(s, copy)]
-        saved = {s: self._channel.rows(s) for s in others if s not in lost}
+        saved = {s: self._channel.views[s].copy_rows() for s in others if s not in lost}
         try:
             reset_infos = self._respawn(w, deadline or Deadline(self._config.deadline))
         except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
@@ -161,7 +161,7 @@ class Restarts:
     def _respawn(self, w: int, deadline: Deadline) -> list[dict[str, Any]]:
         """A fresh process for worker ``w`` (and its other half) with re-seeded envs and flagged
         rows, built and reset within ``deadline``; every env's reset info (empty: not reset)."""
-        slots = self._pool.process_slots(w)
+        slots = self._config.process_slots(w)
         self._pool.stop(w)
         for s in slots:  # after the old process is gone: nothing can write behind us
             self._channel.forget(s)

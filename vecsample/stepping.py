@@ -87,7 +87,7 @@ class StepChannel:
         if held is not None:  # respawned since its last step: its restart is the result
             self._stash[w], rows = held
             if rows is not None:  # kept its last result's rows until now (``keep``)
-                self.restore(w, rows)
+                self.views[w].write_rows(rows)
                 self._flagged[w] = True
         else:
             if self._flagged[w]:  # a restart's flags last until the worker's next step
@@ -112,38 +112,26 @@ class StepChannel:
         self._held[w] = (result, rows)
 
     def keep(self, w: int, restart: StepResult, saved: list[np.ndarray]) -> None:
-        """Worker ``w``'s process was respawned for its other half while ``w``'s last result
-        stands (received, or read and still to be delivered): its rows go back to ``saved``
-        (views of that result stay valid) and its next step returns ``restart`` (a copy)."""
-        self.hold(w, restart, self.rows(w))
-        self.restore(w, saved)
+        """``w``'s process was respawned with ``w``'s last result standing: its rows go back to
+        ``saved`` (its views stay valid) and its next step returns ``restart`` (a copy)."""
+        self.hold(w, restart, self.views[w].copy_rows())
+        self.views[w].write_rows(saved)
         if w in self._stash:  # to be delivered by this recv (or the next): still stepping
             self._states.transition(w, WorkerState.STEPPING)
 
     def carry(self, w: int, restart: StepResult) -> None:
-        """Worker ``w``'s step was lost with its process, respawned for its other half: the
-        restart is its step's result, for this recv (or the next) to deliver."""
+        """``w``'s step was lost with its process: ``restart`` is its result, to deliver."""
         self._states.transition(w, WorkerState.STEPPING)
         self._stash[w] = restart
 
     def settled(self, w: int, copy: bool) -> bool:
-        """Whether worker ``w``'s step in flight has a result that stands: stashed, or finished
-        and read now (stashed). False: it was lost with its process."""
+        """Whether ``w``'s step has a result: stashed, or finished and read (stashed) now."""
         if w in self._stash:
             return True
         if self._states[w] is WorkerState.STEPPING and self._hs.ready((w,)):
             self._read_step(w, copy, [])
             return True
         return False
-
-    def rows(self, w: int) -> list[np.ndarray]:
-        """Copies of worker ``w``'s rows: every array that its StepResult views."""
-        return [a.copy() for a in _row_arrays(self.views[w])]
-
-    def restore(self, w: int, rows: list[np.ndarray]) -> None:
-        """Writes ``rows`` (from ``rows(w)``) back into worker ``w``'s rows."""
-        for a, saved in zip(_row_arrays(self.views[w]), rows, strict=True):
-            a[...] = saved
 
     def drop_held(self) -> None:
         """A reset replaced every held restart result with fresh episodes."""
@@ -302,29 +290,11 @@ class StepChannel:
                 if candidates and self._schema.propose(candidates):
                     self._hs.publish(len(self._schema.columns))
             result = self.result_of(w, copy)
-            self._add_infos(result, records, bits)
+            _add_infos(self._schema, result, records, bits)
             self._stash[w] = result
         finally:
             signals.leave()
         return result
-
-    def _add_infos(self, result: StepResult, records: list[InfoRecord] | None,
-                   bits: tuple[int, int]) -> None:
-        """The step's infos: copies of the columns it wrote, plus the pickled rest."""
-        if not records and not any(bits):
-            return
-        lo, hi = result.env_ids.start, result.env_ids.stop
-        left: dict[int, dict[str, object]] = {}
-        left_reset: dict[int, dict[str, object]] = {}
-        for j, info, reset_info in records or ():
-            if info:
-                left[lo + j] = info
-            if reset_info:
-                left_reset[lo + j] = reset_info
-        step = read_block(self._schema, STEP, lo, hi, bits[0]) if bits[0] else None
-        reset = read_block(self._schema, RESET, lo, hi, bits[1]) if bits[1] else None
-        result.infos.add(step, left)
-        result.reset_infos.add(reset, left_reset)
 
     def result_of(self, w: int | None, copy: bool) -> StepResult:
         """Worker ``w``'s rows (every env's for None) as a StepResult, views or copies."""
@@ -361,9 +331,23 @@ class StepChannel:
         self._flagged[w] = True
 
 
-def _row_arrays(v: Views) -> list[np.ndarray]:
-    return [*v.obs_leaves, *v.final_obs_leaves, v.rewards, v.terminated, v.truncated,
-            v.has_final_obs, v.restarted]
+def _add_infos(schema: Schema, result: StepResult, records: list[InfoRecord] | None,
+               bits: tuple[int, int]) -> None:
+    """The step's infos: copies of the columns it wrote, plus the pickled rest."""
+    if not records and not any(bits):
+        return
+    lo, hi = result.env_ids.start, result.env_ids.stop
+    left: dict[int, dict[str, object]] = {}
+    left_reset: dict[int, dict[str, object]] = {}
+    for j, info, reset_info in records or ():
+        if info:
+            left[lo + j] = info
+        if reset_info:
+            left_reset[lo + j] = reset_info
+    step = read_block(schema, STEP, lo, hi, bits[0]) if bits[0] else None
+    reset = read_block(schema, RESET, lo, hi, bits[1]) if bits[1] else None
+    result.infos.add(step, left)
+    result.reset_infos.add(reset, left_reset)
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:
