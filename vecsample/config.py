@@ -127,6 +127,11 @@ class SamplerConfig:
         k = self.slots_per_process
         return range(process * k, (process + 1) * k)
 
+    def process_slots(self, w: int) -> range:
+        """The workers served by the process that serves worker ``w`` (``w`` and, pipelined,
+        its other half)."""
+        return self.slots(w // self.slots_per_process)
+
     @property
     def envs_per_worker(self) -> int:
         """The block size (the largest block, with an uneven split)."""
@@ -161,7 +166,7 @@ class SamplerConfig:
     ) -> SamplerConfig:
         fns = env_factories(env_fns, num_envs, env_kwargs, check_mode(autoreset_mode))
         processes = check_workers(num_workers, len(fns), uneven_split)
-        k = check_pipeline(pipeline, processes, len(fns), uneven_split, restart)
+        k = check_pipeline(pipeline, processes, len(fns), uneven_split)
         return cls(
             env_fns=tuple(fns),
             num_workers=processes * k,
@@ -258,17 +263,12 @@ def check_workers(num_workers: Any, num_envs: int, uneven_split: bool = False) -
     return workers
 
 
-def check_pipeline(pipeline: Any, processes: int, num_envs: int, uneven_split: bool,
-                   restart: bool) -> int:
+def check_pipeline(pipeline: Any, processes: int, num_envs: int, uneven_split: bool) -> int:
     """Slots per process: 2 with ``pipeline`` (each process's block splits in two halves)."""
     if not isinstance(pipeline, bool):
         raise ConfigError(name="pipeline", expected="True or False", got=pipeline)
     if not pipeline:
         return 1
-    if restart:
-        raise ConfigError("pipeline=True cannot be combined with restart=True yet: a restart "
-                          "respawns a process, which would take the other half's envs with it; "
-                          "turn one of them off.")
     if uneven_split or num_envs % (2 * processes):
         raise ConfigError(
             f"pipeline=True splits each worker's block of envs in two halves, so num_envs="

@@ -123,14 +123,16 @@ class WorkerPool:
         assert all(tag is Reply.READY for tag, _ in replies.values())
 
     def stop(self, w: int) -> None:
-        """Kills what is left of worker ``w`` (before ``respawn``) and closes its pipe."""
-        shutdown([self.procs[w]], [self.conns[w]], 0.0)
+        """Kills what is left of worker ``w``'s process (before ``respawn``), closes its pipes."""
+        shutdown([self.procs[w]], [self.conns[s] for s in self.config.process_slots(w)], 0.0)
 
     def respawn(self, w: int, deadline: Deadline) -> None:
-        """Starts a fresh worker ``w`` on a fresh pipe, after ``stop(w)``, and builds its envs
-        within ``deadline`` (one slot per process: restart is refused with ``pipeline``)."""
-        self.procs[w], (self.conns[w],) = self._spawn(range(w, w + 1))
-        self._await_built([w], deadline)
+        """After ``stop(w)``: a new process for ``w`` (and its other half), built in time."""
+        slots = self.config.process_slots(w)
+        proc, conns = self._spawn(slots)
+        for s, conn in zip(slots, conns, strict=True):
+            self.procs[s], self.conns[s] = proc, conn
+        self._await_built(list(slots), deadline)
 
     def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection]]:
         """Starts the process serving workers ``slots``; its pipes, one per worker."""

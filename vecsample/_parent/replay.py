@@ -272,7 +272,8 @@ class Replayer(NoLog):
         forced, record = self._recorded_recv(pending)
         workers: list[int] = record[1]
         try:
-            got = {w: self._restarts.force(w, reason, copy) for w, reason in forced}
+            got = {r.worker: r for w, reason in forced
+                   for r in self._restarts.force(w, reason, copy)}  # with a lost other half
             self._seen += len(forced)
             rest = [w for w in workers if w not in got]
             if rest:

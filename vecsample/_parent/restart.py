@@ -10,6 +10,7 @@ worker comes back as a result of the call that saw it fail, so the caller's loop
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import Any
 
 from vecsample import errors
@@ -49,13 +50,17 @@ class Restarts:
             except errors.DeadlineExceededError as exc:
                 results += exc.results
                 for w in exc.hung_workers:
-                    results.append(self._restart(w, "hung past the deadline", exc, results, copy))
+                    if w not in {r.worker for r in results}:  # not restarted with its other half
+                        results += self._restart(w, "hung past the deadline", exc, results, copy,
+                                                 pending=pending)
                 return results
             except errors.WorkerError as exc:
                 results += exc.results
-                results.append(self._restart(exc.worker, exc.reason, exc, results, copy))
+                results += self._restart(exc.worker, exc.reason, exc, results, copy,
+                                         pending=pending)
                 for w in self._lost_too(pending, exc.worker):  # died in the same collect
-                    results.append(self._restart(w, "died in the same step", exc, results, copy))
+                    results += self._restart(w, "died in the same step", exc, results, copy,
+                                             pending=pending)
             if timeout is not None:  # a partial batch: the restarted worker is enough
                 return results
             got = {r.worker for r in results}  # read but not yet delivered: still STEPPING
@@ -85,23 +90,57 @@ class Restarts:
         if not self._config.restart:
             return
         for w in workers:
-            state = self._pool.states[w]
+            state = self._pool.states[w]  # an other half restarted with an earlier one: idle
             if state in (WorkerState.FAILED, WorkerState.DEAD):
                 cause = errors.WorkerLostError(call="heal", worker=w, state=state.value)
-                result = self._restart(w, f"was {state.value} when it was next used", cause,
-                                       [], True, deadline)
+                result, *_ = self._restart(w, f"was {state.value} when it was next used", cause,
+                                           [], True, deadline)
                 self._channel.hold(w, result)  # its next step returns this restart
 
-    def force(self, w: int, reason: str, copy: bool) -> StepResult:
+    def force(self, w: int, reason: str, copy: bool) -> list[StepResult]:
         """Replay (replay.py): restarts worker ``w``, pending in a step, as the recorded run did,
         whatever it does now; the same seeds and flags, since the restart log is the same."""
         cause = errors.WorkerLostError(call="replay", worker=w, state="restarted in the record")
         return self._restart(w, reason, cause, [], copy)
 
     def _restart(self, w: int, reason: str, cause: BaseException, results: list[StepResult],
-                 copy: bool, deadline: Deadline | None = None) -> StepResult:
-        """Respawns worker ``w`` in place and returns its flagged result; the others' rows are
-        never touched. Raises RestartLimitError past ``max_restarts``."""
+                 copy: bool, deadline: Deadline | None = None,
+                 pending: Collection[int] = ()) -> list[StepResult]:
+        """Respawns the process serving worker ``w`` in place (one restart, whatever it serves)
+        and returns ``w``'s flagged result, then those of its other half (``pipeline``) if the
+        death lost its step (stepping, or in ``pending``). An other half whose result stands
+        (received, or finished before the death) keeps it: its rows are restored after the
+        respawn and its restart is returned by its next step. Other processes' rows are never
+        touched. Raises RestartLimitError past ``max_restarts``."""
+        self._check_limit(w, reason, cause, results)
+        self.log.append((w, reason))
+        others = [s for s in self._config.process_slots(w) if s != w]
+        lost = [s for s in others if self._owed(s, pending, results)
+                and not self._channel.settled(s, copy)]
+        saved = {s: self._channel.views[s].copy_rows() for s in others if s not in lost}
+        try:
+            reset_infos = self._respawn(w, deadline or Deadline(self._config.deadline))
+        except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
+            exc.results = [*results, *exc.results]
+            raise
+        made = {s: self._flagged(s, reset_infos, reason if s == w else
+                                 f"{reason} (worker {w}, the other half of its process)",
+                                 copy or s in saved) for s in (w, *others)}
+        for s, rows in saved.items():
+            self._channel.keep(s, made[s], rows)
+        for s in lost:
+            self._channel.carry(s, made[s])
+        return [made[w], *(made[s] for s in lost)]
+
+    def _owed(self, w: int, pending: Collection[int], results: list[StepResult]) -> bool:
+        """Whether a step of worker ``w`` awaits its result: stepping, or pending in this recv
+        (and marked dead since) and not among the ``results`` read so far."""
+        if self._pool.states[w] is WorkerState.STEPPING:
+            return True
+        return w in pending and all(r.worker != w for r in results)
+
+    def _check_limit(self, w: int, reason: str, cause: BaseException,
+                     results: list[StepResult]) -> None:
         if len(self.log) >= self._config.max_restarts:
             self._pool.states.transition(w, WorkerState.FAILED)
             raise errors.RestartLimitError(
@@ -109,29 +148,29 @@ class Restarts:
                 max_restarts=self._config.max_restarts, env=getattr(cause, "env", None),
                 remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
             ) from cause
-        self.log.append((w, reason))
-        try:
-            reset_infos = self._respawn(w, deadline or Deadline(self._config.deadline))
-        except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
-            exc.results = [*results, *exc.results]
-            raise
+
+    def _flagged(self, w: int, reset_infos: list[dict[str, Any]], reason: str,
+                 copy: bool) -> StepResult:
+        """Worker ``w``'s rows after the respawn, with its envs' reset infos and ``reason``."""
         result = self._channel.result_of(w, copy)
-        lo = self._config.bounds(w)[0]
-        for j, info in reset_infos:
-            result.reset_infos[lo + j] = info
-            result.infos[lo + j] = {"restart_reason": reason}
+        for env in result.env_ids:
+            result.reset_infos[env] = reset_infos[env]
+            result.infos[env] = {"restart_reason": reason}
         return result
 
-    def _respawn(self, w: int, deadline: Deadline) -> list[tuple[int, dict[str, Any]]]:
-        """A fresh worker ``w`` with re-seeded envs and flagged rows, built and reset within
-        ``deadline``; the reset infos."""
+    def _respawn(self, w: int, deadline: Deadline) -> list[dict[str, Any]]:
+        """A fresh process for worker ``w`` (and its other half) with re-seeded envs and flagged
+        rows, built and reset within ``deadline``; every env's reset info (empty: not reset)."""
+        slots = self._config.process_slots(w)
         self._pool.stop(w)
-        self._channel.forget(w)  # after the old process is gone: nothing can write behind us
+        for s in slots:  # after the old process is gone: nothing can write behind us
+            self._channel.forget(s)
         self._pool.respawn(w, deadline.per(self._config.startup_deadline))
-        lo, hi = self._config.bounds(w)
-        restarts = sum(1 for worker, _ in self.log if worker == w)
+        lo, hi = self._config.bounds(slots[0])[0], self._config.bounds(slots[-1])[1]
+        restarts = sum(1 for worker, _ in self.log if worker in slots)  # of this process
         seeds = [restart_seed(stream, restarts) for stream in self.streams[lo:hi]]
-        streams = [None] * lo + seeds  # only worker w's rows are read
-        infos = self._pool.reset(streams, None, None, deadline, workers=[w])
-        self._channel.flag_restarted(w)
-        return [(j, infos[lo + j]) for j in range(hi - lo)]
+        streams = [None] * lo + seeds  # only the process's rows are read
+        infos = self._pool.reset(streams, None, None, deadline, workers=list(slots))
+        for s in slots:
+            self._channel.flag_restarted(s)
+        return infos

@@ -14,6 +14,8 @@ import signal
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from vecsample import errors
 from vecsample._parent import signals
 from vecsample._parent.pool import WorkerPool
@@ -55,8 +57,9 @@ class StepChannel:
         #: collect returns them first; their workers stay STEPPING until then.
         self._stash: dict[int, StepResult] = {}
         #: A worker respawned before its next step: that step is not run, its result is the
-        #: flagged restart (held here until the step is posted).
-        self._held: dict[int, StepResult] = {}
+        #: flagged restart (held here until the step is posted), with the rows to write back
+        #: then (None: its rows already hold the restart).
+        self._held: dict[int, tuple[StepResult, list[np.ndarray] | None]] = {}
 
     def send(self, w: int, started: float) -> None:
         """Posts worker ``w``'s step, wakes it and counts ``send_s`` since ``started``: the end
@@ -84,7 +87,10 @@ class StepChannel:
         """Posts worker ``w``'s step and marks it STEPPING; ``ring`` must follow."""
         held = self._held.pop(w, None) if self._held else None
         if held is not None:  # respawned since its last step: its restart is the result
-            self._stash[w] = held
+            self._stash[w], rows = held
+            if rows is not None:  # kept its last result's rows until now (``keep``)
+                self.views[w].write_rows(rows)
+                self._flagged[w] = True
         else:
             if self._flagged[w]:  # a restart's flags last until the worker's next step
                 self.views[w].restarted[:] = False
@@ -102,9 +108,32 @@ class StepChannel:
         self._hs.post_all()
         self._states.transition_all(WorkerState.STEPPING)
 
-    def hold(self, w: int, result: StepResult) -> None:
-        """Worker ``w`` was respawned while idle: its next step returns ``result`` instead."""
-        self._held[w] = result
+    def hold(self, w: int, result: StepResult, rows: list[np.ndarray] | None = None) -> None:
+        """Worker ``w`` was respawned while idle: its next step returns ``result`` instead (and
+        writes ``rows``, its restart's, back to its rows first)."""
+        self._held[w] = (result, rows)
+
+    def keep(self, w: int, restart: StepResult, saved: list[np.ndarray]) -> None:
+        """``w``'s process was respawned with ``w``'s last result standing: its rows go back to
+        ``saved`` (its views stay valid) and its next step returns ``restart`` (a copy)."""
+        self.hold(w, restart, self.views[w].copy_rows())
+        self.views[w].write_rows(saved)
+        if w in self._stash:  # to be delivered by this recv (or the next): still stepping
+            self._states.transition(w, WorkerState.STEPPING)
+
+    def carry(self, w: int, restart: StepResult) -> None:
+        """``w``'s step was lost with its process: ``restart`` is its result, to deliver."""
+        self._states.transition(w, WorkerState.STEPPING)
+        self._stash[w] = restart
+
+    def settled(self, w: int, copy: bool) -> bool:
+        """Whether ``w``'s step has a result: stashed, or finished and read (stashed) now."""
+        if w in self._stash:
+            return True
+        if self._states[w] is WorkerState.STEPPING and self._hs.ready((w,)):
+            self._read_step(w, copy, [])
+            return True
+        return False
 
     def drop_held(self) -> None:
         """A reset replaced every held restart result with fresh episodes."""
@@ -263,29 +292,11 @@ class StepChannel:
                 if candidates and self._schema.propose(candidates):
                     self._hs.publish(len(self._schema.columns))
             result = self.result_of(w, copy)
-            self._add_infos(result, records, bits)
+            _add_infos(self._schema, result, records, bits)
             self._stash[w] = result
         finally:
             signals.leave()
         return result
-
-    def _add_infos(self, result: StepResult, records: list[InfoRecord] | None,
-                   bits: tuple[int, int]) -> None:
-        """The step's infos: copies of the columns it wrote, plus the pickled rest."""
-        if not records and not any(bits):
-            return
-        lo, hi = result.env_ids.start, result.env_ids.stop
-        left: dict[int, dict[str, object]] = {}
-        left_reset: dict[int, dict[str, object]] = {}
-        for j, info, reset_info in records or ():
-            if info:
-                left[lo + j] = info
-            if reset_info:
-                left_reset[lo + j] = reset_info
-        step = read_block(self._schema, STEP, lo, hi, bits[0]) if bits[0] else None
-        reset = read_block(self._schema, RESET, lo, hi, bits[1]) if bits[1] else None
-        result.infos.add(step, left)
-        result.reset_infos.add(reset, left_reset)
 
     def result_of(self, w: int | None, copy: bool) -> StepResult:
         """Worker ``w``'s rows (every env's for None) as a StepResult, views or copies."""
@@ -320,6 +331,25 @@ class StepChannel:
         v.truncated[:] = True
         v.restarted[:] = True
         self._flagged[w] = True
+
+
+def _add_infos(schema: Schema, result: StepResult, records: list[InfoRecord] | None,
+               bits: tuple[int, int]) -> None:
+    """The step's infos: copies of the columns it wrote, plus the pickled rest."""
+    if not records and not any(bits):
+        return
+    lo, hi = result.env_ids.start, result.env_ids.stop
+    left: dict[int, dict[str, object]] = {}
+    left_reset: dict[int, dict[str, object]] = {}
+    for j, info, reset_info in records or ():
+        if info:
+            left[lo + j] = info
+        if reset_info:
+            left_reset[lo + j] = reset_info
+    step = read_block(schema, STEP, lo, hi, bits[0]) if bits[0] else None
+    reset = read_block(schema, RESET, lo, hi, bits[1]) if bits[1] else None
+    result.infos.add(step, left)
+    result.reset_infos.add(reset, left_reset)
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

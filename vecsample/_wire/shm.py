@@ -52,6 +52,19 @@ class Views:
     has_final_obs: np.ndarray
     restarted: np.ndarray
 
+    def copy_rows(self) -> list[np.ndarray]:
+        """Copies of every array a StepResult of these rows views (not the actions)."""
+        return [a.copy() for a in self._step_arrays()]
+
+    def write_rows(self, rows: list[np.ndarray]) -> None:
+        """Writes ``rows`` (from ``copy_rows``) back into these rows."""
+        for a, saved in zip(self._step_arrays(), rows, strict=True):
+            a[...] = saved
+
+    def _step_arrays(self) -> list[np.ndarray]:
+        return [*self.obs_leaves, *self.final_obs_leaves, self.rewards, self.terminated,
+                self.truncated, self.has_final_obs, self.restarted]
+
 
 @dataclass
 class SharedBuffers:
