@@ -219,10 +219,10 @@ def test_an_autoreset_mode_the_hosted_env_does_not_have_is_refused_at_constructi
                    autoreset_mode="SameStep")
 
 
-def test_disabled_is_refused_at_construction_since_a_batch_steps_every_row():
-    with pytest.raises(errors.HostedEnvError, match="cannot stay frozen"):
-        VecSampler(HostedVector(functools.partial(counting_sync, mode="Disabled")),
-                   num_envs=4, num_workers=1, autoreset_mode="Disabled")
+def test_disabled_with_a_hosted_env_of_another_mode_is_an_autoreset_mismatch():
+    with pytest.raises(errors.AutoresetMismatchError, match="pass autoreset_mode='NextStep'"):
+        VecSampler(HostedVector("CartPole-v1"), num_envs=4, num_workers=1,
+                   autoreset_mode="Disabled")
 
 
 def test_a_partial_reset_is_refused_by_an_env_that_cannot_reset_part_of_its_batch(
@@ -397,3 +397,56 @@ def test_set_attr_without_the_method_is_refused_before_anything_is_sent(make_sam
     with pytest.raises(errors.HostedMethodError, match="CartPoleVectorEnv has no set_attr"):
         sampler.set_attr("length", [1, 2, 3, 4])
     assert sampler.reset(seed=0)[0].shape == (4, 4)  # the workers are still fine
+
+
+# --- Disabled: ended envs are reset by mask ------------------------------------------------------
+
+
+def _disabled_run(sampler: VecSampler, lengths: list[int], steps: int) -> list[Any]:
+    """Steps ``steps`` times, resetting the envs that ended by mask after each step."""
+    sampler.set_attr("length", lengths)
+    out: list[Any] = list(sampler.reset(seed=4))
+    for action in actions_for(gym.spaces.MultiDiscrete([4] * N), steps):
+        r = sampler.step(action, copy=True)
+        out += [r.obs, r.rewards, r.terminated, r.truncated, r.infos]
+        ended = r.terminated | r.truncated
+        if ended.any():
+            obs, infos = sampler.reset(mask=ended)
+            out += [obs.copy(), infos, ended]
+    return out
+
+
+def test_disabled_hosted_sync_vector_env_steps_like_the_bare_loop_with_resets_by_mask(
+        make_sampler):
+    bare = make_sampler([functools.partial(CountingEnv, info=True)] * N, num_workers=2 * W,
+                        autoreset_mode="Disabled")
+    hosted = make_sampler(HostedVector(functools.partial(counting_sync, mode="Disabled")),
+                          num_envs=N, num_workers=W, autoreset_mode="Disabled")
+    lengths = [2 + i % 5 for i in range(N)]  # episodes end at different steps: partial resets
+    expected, got = _disabled_run(bare, lengths, 30), _disabled_run(hosted, lengths, 30)
+    assert len(got) == len(expected)
+    for k, (x, y) in enumerate(zip(expected, got, strict=True)):
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(y, x, err_msg=f"item {k}")
+        else:
+            assert y == x, f"item {k}"
+    assert sum(1 for x in expected if isinstance(x, np.ndarray) and x.dtype == bool
+               and 0 < x.sum() < N) > 5  # several partial resets were compared
+
+
+def test_a_hosted_disabled_block_with_an_ended_env_is_refused_before_it_steps(make_sampler):
+    sampler = make_sampler(HostedVector(functools.partial(counting_sync, mode="Disabled")),
+                           num_envs=4, num_workers=2, autoreset_mode="Disabled")
+    sampler.set_attr("length", [1, 5, 5, 5])
+    sampler.reset(seed=0)
+    assert sampler.step(np.ones(4, dtype=np.int64)).terminated.tolist() == [
+        True, False, False, False]
+    with pytest.raises(errors.HostedEnvError, match=r"envs \[0\] ended .* reset\(mask=") as info:
+        sampler.step(np.ones(4, dtype=np.int64))
+    assert info.value.feature == "autoreset_mode='Disabled'"
+    sampler.step_send(1, np.ones(2, dtype=np.int64))  # the other block steps on
+    assert sampler.step_recv(None)[0].obs[:, 1].tolist() == [2.0, 2.0]
+    with pytest.raises(errors.HostedEnvError, match=r"envs \[0\] ended"):
+        sampler.step_send(0, np.ones(2, dtype=np.int64))
+    sampler.reset(mask=np.array([True, False, False, False]))
+    assert sampler.step(np.ones(4, dtype=np.int64)).obs[:, 1].tolist() == [1.0, 2.0, 3.0, 3.0]

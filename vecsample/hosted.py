@@ -19,8 +19,17 @@ Per-env commands reach the block's vector env with the block's slice of the valu
 The parent builds the hosted env once (``make(1)``, to read its spaces) and notes which of these
 methods it lacks; calling such a command then raises ``HostedMethodError`` (a
 ``HostedEnvError`` naming the method and the env type) before anything is sent, and the workers
-go on. What else a hosted env cannot honour is refused with a ``HostedEnvError``: an autoreset
-mode other than the env's own, ``Disabled`` and pickled (variable-shape) spaces, at
+go on.
+
+``autoreset_mode="Disabled"`` works with a hosted env built for it (its
+``metadata["autoreset_mode"]`` is ``DISABLED``, as a ``SyncVectorEnv(...,
+autoreset_mode=AutoresetMode.DISABLED)``'s): nothing autoresets, and ended envs are reset with
+``reset(mask=...)``, passed on as ``options["reset_mask"]``. A batch steps all its rows, so where
+single envs stay frozen, a block with an ended env is refused (``HostedEnvError``) before its
+step is posted, until that env is reset.
+
+What else a hosted env cannot honour is refused with a ``HostedEnvError``: an autoreset mode
+other than the env's own (``AutoresetMismatchError``) and pickled (variable-shape) spaces, at
 construction; ``reset(mask=...)`` of part of a block, in the worker, unless the env can reset
 part of its batch (``SyncVectorEnv``, or ``supports_reset_mask = True``).
 """
@@ -140,12 +149,6 @@ class HostedSlot:
 
     def build(self, num_envs: int) -> gym.vector.VectorEnv:
         """The block's vector env, checked: its size and its autoreset mode."""
-        if self.mode is AutoresetMode.DISABLED:
-            raise HostedEnvError(
-                feature="autoreset_mode='Disabled'", reason="a vector env steps its whole batch, "
-                "so rows that ended cannot stay frozen while the others step (gymnasium's "
-                "vector envs refuse to step them)", fix="use 'NextStep' or 'SameStep', as the "
-                "env supports, or single envs (env_fns)")
         env = self.hosted.build(num_envs, self.mode)
         got = getattr(env, "num_envs", None)
         if got != num_envs:
@@ -196,6 +199,19 @@ def check_command(env_fns: Sequence[Any], command: Command) -> None:
     the hosted env (``probe_spaces``) did not find."""
     if is_hosted(env_fns) and command in env_fns[0].lacking:
         raise missing(command, env_fns[0].lacking[command])
+
+
+def check_not_ended(views: Any, lo: int) -> None:
+    """DISABLED: a hosted block steps all its rows, so a row that ended (and was not restarted
+    since) must be reset with ``reset(mask=...)`` before its block steps; refused before
+    anything is posted. Single envs stay frozen instead; a batch cannot."""
+    ended = (views.terminated | views.truncated) & ~views.restarted
+    if ended.any():
+        rows = (np.flatnonzero(ended) + lo).tolist()
+        raise HostedEnvError(
+            feature="autoreset_mode='Disabled'", reason=f"envs {rows} ended and the hosted "
+            "vector env steps its whole batch, so they cannot stay frozen as single envs do",
+            fix="reset them first with reset(mask=...) naming them")
 
 
 def missing(command: Command, env: str) -> HostedMethodError:
@@ -284,8 +300,9 @@ class Host:
         self.ended = np.zeros(self.count, dtype=bool)  # NEXT_STEP: reset at the next step
         self.seed_list = _takes_seed_list(self.env)
         self.masks = _masks_resets(self.env)
-        self.after_step = (self._same_step if self.mode is AutoresetMode.SAME_STEP
-                           else self._next_step)
+        self.after_step = {AutoresetMode.SAME_STEP: self._same_step,
+                           AutoresetMode.NEXT_STEP: self._next_step,
+                           AutoresetMode.DISABLED: self._disabled}[self.mode]
         self.handlers: dict[Command, Callable[[Any], Any]] = {
             Command.RESET: self.reset, Command.CALL: self.call, Command.GET_ATTR: self.get_attr,
             Command.RESET_TASK: self.reset_task, Command.SET_ATTR: self.set_attr}
@@ -306,6 +323,17 @@ class Host:
             records += [(j, {}, split.pop(j, {})) for j in np.flatnonzero(self.ended).tolist()]
             records += [(j, info, None) for j, info in sorted(split.items()) if info]
         np.logical_or(v.terminated, v.truncated, out=self.ended)
+
+    def _disabled(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
+                  records: list[InfoRecord]) -> None:
+        """DISABLED: nothing resets; the parent steps a block only when none of its rows has
+        ended since its reset (``check_not_ended``)."""
+        v = self.views
+        _put_obs(v.obs_leaves, obs, v)
+        _put_scalars(v, scalars)
+        if self.infos:
+            records += [(j, info, None) for j, info in sorted(_split(infos, self.count).items())
+                        if info]
 
     def _same_step(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
                    records: list[InfoRecord]) -> None:
