@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import kill_and_wait
 
 import vecsample
 from vecsample import HostedVector, VecSampler, errors
@@ -450,3 +451,24 @@ def test_a_hosted_disabled_block_with_an_ended_env_is_refused_before_it_steps(ma
         sampler.step_send(0, np.ones(2, dtype=np.int64))
     sampler.reset(mask=np.array([True, False, False, False]))
     assert sampler.step(np.ones(4, dtype=np.int64)).obs[:, 1].tolist() == [1.0, 2.0, 3.0, 3.0]
+
+
+# --- restart: a killed hosted worker is rebuilt --------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "Disabled"])
+def test_a_killed_hosted_worker_restarts_rebuilt_reset_and_flagged(make_sampler, mode):
+    sampler = make_sampler(HostedVector(functools.partial(counting_sync, mode=mode,
+                                                          length=10_000)),
+                           num_envs=N, num_workers=W, restart=True, seed=0, autoreset_mode=mode)
+    sampler.reset()
+    ones = np.ones(N, dtype=np.int64)
+    sampler.step(ones)
+    kill_and_wait(sampler.worker_pids()[1])
+    r = sampler.step(ones)
+    assert r.restarted.tolist() == r.truncated.tolist() == [False] * B + [True] * B
+    assert r.obs[:, 1].tolist() == [2.0] * B + [0.0] * B  # worker 1: rebuilt and reset
+    assert [w for w, _ in sampler.restart_log] == [1]
+    r = sampler.step(ones)  # and it goes on: flags cleared, every env stepping
+    assert not r.restarted.any() and r.obs[:, 1].tolist() == [3.0] * B + [1.0] * B
+
