@@ -183,8 +183,8 @@ def probe_spaces(slot: Any, obs: Space | None, act: Space | None) -> tuple[Space
     try:
         obs = env.single_observation_space if obs is None else obs
         act = env.single_action_space if act is None else act
-        slot.lacking = {command: name for command, (_, name) in
-                        ((c, METHODS[c](env)) for c in METHODS) if name is not None}
+        slot.lacking = {command: name for command, probe in METHODS.items()
+                        if (name := probe(env)[1]) is not None}
     finally:
         env.close()
     pickled = [leaf.name for space in (obs, act) for leaf in leaves(space) if not leaf.shared]
@@ -398,8 +398,8 @@ class Host:
         return [getattr(self.env, name)] * self.count
 
     def reset_task(self, tasks: Sequence[Any]) -> list[None]:
-        """Gives each env of the block its task (``METHODS``); they take effect at the envs'
-        next reset, as with single task envs."""
+        """Gives each env of the block its task (``METHODS``); as with single task envs, the
+        caller resets them after it."""
         setter, lacking = _task_setter(self.env)
         if setter is None:
             raise missing(Command.RESET_TASK, str(lacking))
