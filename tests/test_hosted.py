@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import kill_and_wait
 
 import vecsample
 from vecsample import HostedVector, VecSampler, errors
@@ -219,10 +220,10 @@ def test_an_autoreset_mode_the_hosted_env_does_not_have_is_refused_at_constructi
                    autoreset_mode="SameStep")
 
 
-def test_disabled_is_refused_at_construction_since_a_batch_steps_every_row():
-    with pytest.raises(errors.HostedEnvError, match="cannot stay frozen"):
-        VecSampler(HostedVector(functools.partial(counting_sync, mode="Disabled")),
-                   num_envs=4, num_workers=1, autoreset_mode="Disabled")
+def test_disabled_with_a_hosted_env_of_another_mode_is_an_autoreset_mismatch():
+    with pytest.raises(errors.AutoresetMismatchError, match="pass autoreset_mode='NextStep'"):
+        VecSampler(HostedVector("CartPole-v1"), num_envs=4, num_workers=1,
+                   autoreset_mode="Disabled")
 
 
 def test_a_partial_reset_is_refused_by_an_env_that_cannot_reset_part_of_its_batch(
@@ -232,18 +233,6 @@ def test_a_partial_reset_is_refused_by_an_env_that_cannot_reset_part_of_its_batc
     sampler.reset(seed=0)
     with pytest.raises(errors.WorkerError, match=r"HostedEnvError.*cannot reset part"):
         sampler.reset(mask=np.array([True, False, True, True]))
-
-
-@pytest.mark.parametrize("call", [lambda s: s.reset_task([None] * 4),
-                                  lambda s: s.set_attr("length", 3)])
-def test_per_env_commands_are_refused_before_anything_is_sent(make_sampler, call: Callable[
-        [VecSampler], Any]):
-    sampler = make_sampler(HostedVector(counting_sync), num_envs=4, num_workers=1,
-                           autoreset_mode="NextStep")
-    with pytest.raises(errors.HostedEnvError, match="no per-env setter"):
-        call(sampler)
-    sampler.reset(seed=0)  # the worker is still fine
-    assert sampler.get_attr("num_envs") == [4] * 4  # the hosted env's own attribute, per row
 
 
 def test_hosted_spaces_and_arguments_are_checked():
@@ -282,3 +271,204 @@ def test_make_vec_hosting_sync_vector_envs_returns_what_one_sync_vector_env_retu
             assert a[4].keys() == b[4].keys()
     finally:
         theirs.close()
+
+
+# --- reset_task: one task per env of the block ---------------------------------------------------
+
+
+class TaskVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
+    """A batch-native task env: observation ``[task, t]``, reward ``task * action``; it takes one
+    task per env of its batch through ``reset_task(tasks)`` (the hosted contract)."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+        self.num_envs = num_envs
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float64)
+        self.single_action_space = gym.spaces.Discrete(3)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space,
+                                                              num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.tasks = np.zeros(num_envs)
+        self.t = np.zeros(num_envs)
+
+    def reset_task(self, tasks: list[float]) -> None:
+        assert len(tasks) == self.num_envs
+        self.tasks = np.asarray(tasks, dtype=np.float64)
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
+        self.t[:] = 0
+        return np.stack([self.tasks, self.t], axis=1), {}
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        self.t += 1
+        no = np.zeros(self.num_envs, dtype=bool)
+        return (np.stack([self.tasks, self.t], axis=1), self.tasks * actions, no, no.copy(), {})
+
+
+def test_each_env_of_a_batch_native_hosted_env_gets_its_own_task(make_sampler):
+    sampler = make_sampler(HostedVector(TaskVectorEnv), num_envs=N, num_workers=W,
+                           autoreset_mode="NextStep")
+    tasks = [0.5 * (i + 1) for i in range(N)]
+    sampler.reset_task(tasks)
+    obs, _ = sampler.reset(seed=0)
+    assert obs[:, 0].tolist() == tasks
+    actions = np.arange(N) % 3
+    result = sampler.step(actions)
+    np.testing.assert_array_equal(result.rewards, np.asarray(tasks) * actions)
+    sampler.reset_task(tasks[::-1])  # new tasks, from the next reset on
+    assert sampler.reset()[0][:, 0].tolist() == tasks[::-1]
+
+
+def _navigation_tasks(count: int) -> list[dict[str, np.ndarray]]:
+    import vecsample.envs  # noqa: F401  # registers 2DNavigation-v0
+
+    env = gym.make("2DNavigation-v0")
+    try:
+        env.reset(seed=5)
+        tasks: list[dict[str, np.ndarray]] = env.unwrapped.sample_tasks(count)  # type: ignore
+        return tasks
+    finally:
+        env.close()
+
+
+def test_a_hosted_sync_vector_env_of_task_envs_matches_single_envs_with_the_same_tasks(
+        make_sampler):
+    tasks = _navigation_tasks(N)
+    plain = make_sampler("2DNavigation-v0", num_envs=N, num_workers=W, seed=3)
+    hosted = make_sampler(HostedVector("2DNavigation-v0", "sync"), num_envs=N, num_workers=W,
+                          seed=3)
+    for sampler in (plain, hosted):
+        sampler.reset_task(tasks)
+    np.testing.assert_array_equal(hosted.reset()[0], plain.reset()[0])
+    space = gym.vector.utils.batch_space(plain.single_action_space, N)
+    ends = 0
+    for k, action in enumerate(actions_for(space, 120)):
+        a, b = plain.step(action), hosted.step(action)
+        for name in ("obs", "rewards", "terminated", "truncated", "has_final_obs", "final_obs"):
+            np.testing.assert_array_equal(getattr(b, name), getattr(a, name),
+                                          err_msg=f"{name} at step {k}")
+        ends += int(b.has_final_obs.sum())
+    assert ends >= N  # the 100-step time limit ended every episode at least once
+    infos = hosted.step(action).infos
+    got = [infos[i]["task"]["goal"] for i in range(N)]
+    np.testing.assert_array_equal(got, [t["goal"] for t in tasks])
+
+
+@pytest.mark.parametrize(("make", "name"), [(cartpole, "CartPoleVectorEnv"),
+                                            (counting_sync, "CountingEnv")])
+def test_reset_task_without_the_method_is_refused_before_anything_is_sent(
+        make_sampler, make: Callable[[int], gym.vector.VectorEnv], name: str):
+    sampler = make_sampler(HostedVector(make), num_envs=4, num_workers=1,
+                           autoreset_mode="NextStep")
+    with pytest.raises(errors.HostedMethodError, match=rf"{name} has no reset_task") as info:
+        sampler.reset_task([None] * 4)
+    assert (info.value.feature, info.value.env) == ("reset_task", name)
+    sampler.reset(seed=0)  # the worker is still fine
+    assert sampler.get_attr("num_envs") == [4] * 4  # the hosted env's own attribute, per row
+
+
+# --- set_attr: one value per env of the block ----------------------------------------------------
+
+
+def test_set_attr_of_a_hosted_sync_vector_env_sets_each_env_as_the_bare_loop_does(make_sampler):
+    bare = make_sampler([functools.partial(CountingEnv, length=7, info=True)] * N,
+                        num_workers=2 * W, autoreset_mode="NextStep")
+    hosted = make_sampler(HostedVector(counting_sync), num_envs=N, num_workers=W,
+                          autoreset_mode="NextStep")
+    lengths = [2 + i % 5 for i in range(N)]
+    for sampler in (bare, hosted):
+        sampler.set_attr("length", lengths)
+    assert hosted.get_attr("num_envs") == [B] * N  # per block, as before
+    expected, got = _trajectory(bare, 20), _trajectory(hosted, 20)
+    for k, (a, b) in enumerate(zip(expected, got, strict=True)):
+        for x, y in zip(a, b, strict=True):
+            if isinstance(x, np.ndarray):
+                np.testing.assert_array_equal(y, x, err_msg=f"step {k}")
+            else:
+                assert y == x, f"step {k}"
+    hosted.set_attr("length", 3)  # one value for every env
+    hosted.reset(seed=0)
+    ends = [hosted.step(np.ones(N, dtype=np.int64)).terminated.all() for _ in range(3)]
+    assert ends == [False, False, True]
+
+
+def test_set_attr_without_the_method_is_refused_before_anything_is_sent(make_sampler):
+    sampler = make_sampler(HostedVector(cartpole), num_envs=4, num_workers=2,
+                           autoreset_mode="NextStep")
+    with pytest.raises(errors.HostedMethodError, match="CartPoleVectorEnv has no set_attr"):
+        sampler.set_attr("length", [1, 2, 3, 4])
+    assert sampler.reset(seed=0)[0].shape == (4, 4)  # the workers are still fine
+
+
+# --- Disabled: ended envs are reset by mask ------------------------------------------------------
+
+
+def _disabled_run(sampler: VecSampler, lengths: list[int], steps: int) -> list[Any]:
+    """Steps ``steps`` times, resetting the envs that ended by mask after each step."""
+    sampler.set_attr("length", lengths)
+    out: list[Any] = list(sampler.reset(seed=4))
+    for action in actions_for(gym.spaces.MultiDiscrete([4] * N), steps):
+        r = sampler.step(action, copy=True)
+        out += [r.obs, r.rewards, r.terminated, r.truncated, r.infos]
+        ended = r.terminated | r.truncated
+        if ended.any():
+            obs, infos = sampler.reset(mask=ended)
+            out += [obs.copy(), infos, ended]
+    return out
+
+
+def test_disabled_hosted_sync_vector_env_steps_like_the_bare_loop_with_resets_by_mask(
+        make_sampler):
+    bare = make_sampler([functools.partial(CountingEnv, info=True)] * N, num_workers=2 * W,
+                        autoreset_mode="Disabled")
+    hosted = make_sampler(HostedVector(functools.partial(counting_sync, mode="Disabled")),
+                          num_envs=N, num_workers=W, autoreset_mode="Disabled")
+    lengths = [2 + i % 5 for i in range(N)]  # episodes end at different steps: partial resets
+    expected, got = _disabled_run(bare, lengths, 30), _disabled_run(hosted, lengths, 30)
+    assert len(got) == len(expected)
+    for k, (x, y) in enumerate(zip(expected, got, strict=True)):
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(y, x, err_msg=f"item {k}")
+        else:
+            assert y == x, f"item {k}"
+    assert sum(1 for x in expected if isinstance(x, np.ndarray) and x.dtype == bool
+               and 0 < x.sum() < N) > 5  # several partial resets were compared
+
+
+def test_a_hosted_disabled_block_with_an_ended_env_is_refused_before_it_steps(make_sampler):
+    sampler = make_sampler(HostedVector(functools.partial(counting_sync, mode="Disabled")),
+                           num_envs=4, num_workers=2, autoreset_mode="Disabled")
+    sampler.set_attr("length", [1, 5, 5, 5])
+    sampler.reset(seed=0)
+    assert sampler.step(np.ones(4, dtype=np.int64)).terminated.tolist() == [
+        True, False, False, False]
+    with pytest.raises(errors.HostedEnvError, match=r"envs \[0\] ended .* reset\(mask=") as info:
+        sampler.step(np.ones(4, dtype=np.int64))
+    assert info.value.feature == "autoreset_mode='Disabled'"
+    sampler.step_send(1, np.ones(2, dtype=np.int64))  # the other block steps on
+    assert sampler.step_recv(None)[0].obs[:, 1].tolist() == [2.0, 2.0]
+    with pytest.raises(errors.HostedEnvError, match=r"envs \[0\] ended"):
+        sampler.step_send(0, np.ones(2, dtype=np.int64))
+    sampler.reset(mask=np.array([True, False, False, False]))
+    assert sampler.step(np.ones(4, dtype=np.int64)).obs[:, 1].tolist() == [1.0, 2.0, 3.0, 3.0]
+
+
+# --- restart: a killed hosted worker is rebuilt --------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "Disabled"])
+def test_a_killed_hosted_worker_restarts_rebuilt_reset_and_flagged(make_sampler, mode):
+    sampler = make_sampler(HostedVector(functools.partial(counting_sync, mode=mode,
+                                                          length=10_000)),
+                           num_envs=N, num_workers=W, restart=True, seed=0, autoreset_mode=mode)
+    sampler.reset()
+    ones = np.ones(N, dtype=np.int64)
+    sampler.step(ones)
+    kill_and_wait(sampler.worker_pids()[1])
+    r = sampler.step(ones)
+    assert r.restarted.tolist() == r.truncated.tolist() == [False] * B + [True] * B
+    assert r.obs[:, 1].tolist() == [2.0] * B + [0.0] * B  # worker 1: rebuilt and reset
+    assert [w for w, _ in sampler.restart_log] == [1]
+    r = sampler.step(ones)  # and it goes on: flags cleared, every env stepping
+    assert not r.restarted.any() and r.obs[:, 1].tolist() == [3.0] * B + [1.0] * B
+

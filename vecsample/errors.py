@@ -86,14 +86,23 @@ class ResetMaskError(ConfigError, TypeError):
 
 
 class HostedEnvError(ConfigError):
-    """A hosted vector env (``vecsample.HostedVector``) cannot honour what was asked: a per-env
-    feature (``reset_task``, ``set_attr``), a space or a mode it does not have."""
+    """A hosted vector env (``vecsample.HostedVector``) cannot honour what was asked: a method
+    (``reset_task``, ``set_attr``), a space or a mode it does not have."""
 
     def __init__(self, *, feature: str, reason: str, fix: str) -> None:
         super().__init__(f"{feature} with a hosted vector env: {reason}; {fix}.")
         self.feature = feature
         self.reason = reason
         self.fix = fix
+
+
+class HostedMethodError(HostedEnvError):
+    """The hosted vector env lacks the method a command needs (``feature``: ``reset_task``,
+    ``set_attr``); ``env`` names its type."""
+
+    def __init__(self, *, feature: str, env: str, fix: str) -> None:
+        super().__init__(feature=feature, reason=f"{env} has no {feature} method", fix=fix)
+        self.env = env
 
 
 class AutoresetMismatchError(HostedEnvError):

@@ -7,11 +7,31 @@ its rows of shared memory with one copy per field. Everything around the step is
 as before: the handshake, partial batches, restarts, seeding, infos (docs/benchmarks.md, "Past
 the bare loop"; docs/semantics.md).
 
-What a hosted env cannot honour is refused with a ``HostedEnvError``: an autoreset mode other
-than the env's own, ``Disabled`` and pickled (variable-shape) spaces, at construction;
-``reset_task`` and ``set_attr`` (per env) before anything is sent; ``reset(mask=...)`` of part of
-a block, in the worker, unless the env can reset part of its batch (``SyncVectorEnv``, or
-``supports_reset_mask = True``).
+Per-env commands reach the block's vector env with the block's slice of the values:
+
+- ``reset_task(tasks)``: the vector env's own ``reset_task(tasks: Sequence[task])``, one task per
+  env of its batch, in row order (a batch-native task env implements it); failing that, for a
+  vector env with an ``envs`` list (gymnasium's ``SyncVectorEnv``), ``env.unwrapped
+  .reset_task(task)`` of each of its envs. Call ``reset()`` after it, as with single task envs.
+- ``set_attr(name, values)``: the vector env's ``set_attr(name, values)`` with one value per env
+  of its batch (gymnasium's ``VectorEnv.set_attr`` convention).
+
+The parent builds the hosted env once (``make(1)``, to read its spaces) and notes which of these
+methods it lacks; calling such a command then raises ``HostedMethodError`` (a
+``HostedEnvError`` naming the method and the env type) before anything is sent, and the workers
+go on.
+
+``autoreset_mode="Disabled"`` works with a hosted env built for it (its
+``metadata["autoreset_mode"]`` is ``DISABLED``, as a ``SyncVectorEnv(...,
+autoreset_mode=AutoresetMode.DISABLED)``'s): nothing autoresets, and ended envs are reset with
+``reset(mask=...)``, passed on as ``options["reset_mask"]``. A batch steps all its rows, so where
+single envs stay frozen, a block with an ended env is refused (``HostedEnvError``) before its
+step is posted, until that env is reset.
+
+What else a hosted env cannot honour is refused with a ``HostedEnvError``: an autoreset mode
+other than the env's own (``AutoresetMismatchError``) and pickled (variable-shape) spaces, at
+construction; ``reset(mask=...)`` of part of a block, in the worker, unless the env can reset
+part of its batch (``SyncVectorEnv``, or ``supports_reset_mask = True``).
 """
 
 from __future__ import annotations
@@ -34,6 +54,7 @@ from vecsample.errors import (
     EnvFactoryError,
     EnvOutputError,
     HostedEnvError,
+    HostedMethodError,
 )
 
 if TYPE_CHECKING:
@@ -112,6 +133,8 @@ class HostedSlot:
     def __init__(self, hosted: HostedVector, mode: AutoresetMode) -> None:
         self.hosted = hosted
         self.mode = mode
+        #: The commands the parent's probe found no method for, with the env type it names.
+        self.lacking: dict[Command, str] = {}
 
     def __call__(self) -> gym.Env[Any, Any]:
         raise HostedEnvError(feature="building one env", reason="a hosted vector env is built "
@@ -122,15 +145,10 @@ class HostedSlot:
 
     def __setstate__(self, state: bytes) -> None:
         self.hosted, self.mode = cloudpickle.loads(state)
+        self.lacking = {}
 
     def build(self, num_envs: int) -> gym.vector.VectorEnv:
         """The block's vector env, checked: its size and its autoreset mode."""
-        if self.mode is AutoresetMode.DISABLED:
-            raise HostedEnvError(
-                feature="autoreset_mode='Disabled'", reason="a vector env steps its whole batch, "
-                "so rows that ended cannot stay frozen while the others step (gymnasium's "
-                "vector envs refuse to step them)", fix="use 'NextStep' or 'SameStep', as the "
-                "env supports, or single envs (env_fns)")
         env = self.hosted.build(num_envs, self.mode)
         got = getattr(env, "num_envs", None)
         if got != num_envs:
@@ -165,6 +183,8 @@ def probe_spaces(slot: Any, obs: Space | None, act: Space | None) -> tuple[Space
     try:
         obs = env.single_observation_space if obs is None else obs
         act = env.single_action_space if act is None else act
+        slot.lacking = {command: name for command, probe in METHODS.items()
+                        if (name := probe(env)[1]) is not None}
     finally:
         env.close()
     pickled = [leaf.name for space in (obs, act) for leaf in leaves(space) if not leaf.shared]
@@ -175,16 +195,79 @@ def probe_spaces(slot: Any, obs: Space | None, act: Space | None) -> tuple[Space
 
 
 def check_command(env_fns: Sequence[Any], command: Command) -> None:
-    """Refuses, before anything is sent, a per-env command a hosted vector env cannot run."""
-    if is_hosted(env_fns) and command in (Command.RESET_TASK, Command.SET_ATTR):
-        raise refusal(command)
+    """Refuses, before anything is sent, a per-env command whose method the parent's probe of
+    the hosted env (``probe_spaces``) did not find."""
+    if is_hosted(env_fns) and command in env_fns[0].lacking:
+        raise missing(command, env_fns[0].lacking[command])
 
 
-def refusal(command: Command) -> HostedEnvError:
-    return HostedEnvError(
-        feature=command.name.lower(), reason="the envs of a block live in one vector env, "
-        "which has no per-env setter", fix="build the variations into make(), or use single "
-        "envs (env_fns) for per-env tasks")
+def check_not_ended(views: Any, lo: int) -> None:
+    """DISABLED: a hosted block steps all its rows, so a row that ended (and was not restarted
+    since) must be reset with ``reset(mask=...)`` before its block steps; refused before
+    anything is posted. Single envs stay frozen instead; a batch cannot."""
+    ended = (views.terminated | views.truncated) & ~views.restarted
+    if ended.any():
+        rows = (np.flatnonzero(ended) + lo).tolist()
+        raise HostedEnvError(
+            feature="autoreset_mode='Disabled'", reason=f"envs {rows} ended and the hosted "
+            "vector env steps its whole batch, so they cannot stay frozen as single envs do",
+            fix="reset them first with reset(mask=...) naming them")
+
+
+def missing(command: Command, env: str) -> HostedMethodError:
+    """The error for a hosted env of type ``env`` without the method ``command`` needs."""
+    return HostedMethodError(feature=command.name.lower(), env=env, fix=_FIXES[command])
+
+
+_FIXES = {
+    Command.RESET_TASK: "give the vector env reset_task(tasks), one task per env of its batch, "
+    "or host a SyncVectorEnv whose envs have reset_task(task) on env.unwrapped",
+    Command.SET_ATTR: "give the vector env set_attr(name, values), one value per env of its "
+    "batch, as gymnasium's SyncVectorEnv has",
+}
+
+
+def _task_setter(env: gym.vector.VectorEnv) -> tuple[Callable[[list[Any]], Any] | None,
+                                                     str | None]:
+    """``(set, None)``: the vector env's ``reset_task(tasks)``, else for a vector env with an
+    ``envs`` list (``SyncVectorEnv``) one ``env.unwrapped.reset_task(task)`` per env; or
+    ``(None, name)``: the type that has no ``reset_task``."""
+    own = _method(env, "reset_task")
+    if own is not None:
+        return own, None
+    envs = getattr(env.unwrapped, "envs", None)
+    if not isinstance(envs, (list, tuple)) or not envs:
+        return None, _name(env)
+    lacking = [type(e.unwrapped).__name__ for e in envs
+               if not callable(getattr(e.unwrapped, "reset_task", None))]
+    if lacking:
+        return None, lacking[0]
+
+    def each(tasks: list[Any]) -> None:
+        for sub, task in zip(envs, tasks, strict=True):
+            sub.unwrapped.reset_task(task)
+
+    return each, None
+
+
+def _attr_setter(env: gym.vector.VectorEnv) -> tuple[Callable[..., Any] | None, str | None]:
+    """``(set_attr, None)``: the vector env's ``set_attr(name, values)``; or ``(None, name)``."""
+    own = _method(env, "set_attr")
+    return (own, None) if own is not None else (None, _name(env))
+
+
+#: How the worker runs each per-env command on its vector env, and how the parent probes it.
+METHODS: dict[Command, Callable[[gym.vector.VectorEnv], tuple[Any, str | None]]] = {
+    Command.RESET_TASK: _task_setter, Command.SET_ATTR: _attr_setter}
+
+
+def _method(env: gym.vector.VectorEnv, name: str) -> Callable[..., Any] | None:
+    """``env``'s method ``name``, or its unwrapped env's (a VectorWrapper forwards nothing)."""
+    for holder in (env, env.unwrapped):
+        method = getattr(holder, name, None)
+        if callable(method):
+            return method  # type: ignore[no-any-return]
+    return None
 
 
 # --- the worker's side ---------------------------------------------------------------------------
@@ -217,12 +300,12 @@ class Host:
         self.ended = np.zeros(self.count, dtype=bool)  # NEXT_STEP: reset at the next step
         self.seed_list = _takes_seed_list(self.env)
         self.masks = _masks_resets(self.env)
-        self.after_step = (self._same_step if self.mode is AutoresetMode.SAME_STEP
-                           else self._next_step)
+        self.after_step = {AutoresetMode.SAME_STEP: self._same_step,
+                           AutoresetMode.NEXT_STEP: self._next_step,
+                           AutoresetMode.DISABLED: self._disabled}[self.mode]
         self.handlers: dict[Command, Callable[[Any], Any]] = {
             Command.RESET: self.reset, Command.CALL: self.call, Command.GET_ATTR: self.get_attr,
-            Command.RESET_TASK: self.refuse(Command.RESET_TASK),
-            Command.SET_ATTR: self.refuse(Command.SET_ATTR)}
+            Command.RESET_TASK: self.reset_task, Command.SET_ATTR: self.set_attr}
 
     def step_all(self, _: Sequence[Any], records: list[InfoRecord]) -> None:
         """One step of the whole block; the worker's own actions list is not needed."""
@@ -240,6 +323,17 @@ class Host:
             records += [(j, {}, split.pop(j, {})) for j in np.flatnonzero(self.ended).tolist()]
             records += [(j, info, None) for j, info in sorted(split.items()) if info]
         np.logical_or(v.terminated, v.truncated, out=self.ended)
+
+    def _disabled(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
+                  records: list[InfoRecord]) -> None:
+        """DISABLED: nothing resets; the parent steps a block only when none of its rows has
+        ended since its reset (``check_not_ended``)."""
+        v = self.views
+        _put_obs(v.obs_leaves, obs, v)
+        _put_scalars(v, scalars)
+        if self.infos:
+            records += [(j, info, None) for j, info in sorted(_split(infos, self.count).items())
+                        if info]
 
     def _same_step(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
                    records: list[InfoRecord]) -> None:
@@ -303,15 +397,26 @@ class Host:
     def get_attr(self, name: str) -> list[Any]:
         return [getattr(self.env, name)] * self.count
 
+    def reset_task(self, tasks: Sequence[Any]) -> list[None]:
+        """Gives each env of the block its task (``METHODS``); as with single task envs, the
+        caller resets them after it."""
+        setter, lacking = _task_setter(self.env)
+        if setter is None:
+            raise missing(Command.RESET_TASK, str(lacking))
+        setter(list(tasks))
+        return [None] * self.count
+
+    def set_attr(self, payload: tuple[str, Sequence[Any]]) -> list[None]:
+        """``set_attr(name, values)`` of the vector env, with one value per env of the block."""
+        name, values = payload
+        setter, lacking = _attr_setter(self.env)
+        if setter is None:
+            raise missing(Command.SET_ATTR, str(lacking))
+        setter(name, list(values))
+        return [None] * self.count
+
     def close(self) -> None:
         self.env.close()
-
-    @staticmethod
-    def refuse(command: Command) -> Callable[[Any], Any]:
-        """A handler for a command the parent already refuses (check_command): never silent."""
-        def handler(_: Any) -> Any:
-            raise refusal(command)
-        return handler
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -170,6 +170,9 @@ class VecSampler(EnvCommands):
         #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
         self.restart_log = self._restarts.log
         self._collect = self._restarts.collect if self.restart else self._channel.collect
+        #: DISABLED with a hosted env: a block with an ended env must be reset before it steps.
+        self._no_frozen = (hosted.is_hosted(self.config.env_fns)
+                           and self.autoreset_mode is AutoresetMode.DISABLED)
         self._heal = self._restarts.heal if self.restart else None
         self._closed = False
         try:
@@ -208,6 +211,8 @@ class VecSampler(EnvCommands):
         w = self._states.index(worker, self._closed)
         self._log.send(w)  # a replay checks the call before it does anything
         self._expect_idle(w, "step_send")
+        if self._no_frozen:
+            hosted.check_not_ended(self._channel.views[w], self.config.bounds(w)[0])
         self._actions.write(actions, self._channel.views[w].action_leaves,
                             len(self._channel.blocks[w]))
         self._channel.send(w, start)  # posts and returns: a SIGINT now is the next call's
@@ -246,6 +251,8 @@ class VecSampler(EnvCommands):
         start = time.perf_counter()
         self._expect_all_idle("send_all")
         self._log.send_all()
+        if self._no_frozen:
+            hosted.check_not_ended(self._channel.all_views, 0)
         self._actions.write(actions, self._channel.all_views.action_leaves, self.num_envs)
         self._channel.send_all(start)  # posts and returns: a SIGINT now is the next call's
 
