@@ -120,10 +120,15 @@ CORE_SCRIPT = textwrap.dedent("""
 """)
 
 
+def run_script(python: Path, text: str, where: Path) -> str:
+    """``text`` saved as a file in ``where`` and run there by ``python``; its stdout."""
+    script = where / "script.py"
+    script.write_text(text)
+    return run([str(python), str(script)], cwd=where, timeout=300).stdout
+
+
 def test_the_core_wheel_samples_cartpole_without_torch(core_python: Path, tmp_path: Path):
-    script = tmp_path / "core.py"
-    script.write_text(CORE_SCRIPT)
-    out = run([str(core_python), str(script)], cwd=tmp_path, timeout=300).stdout
+    out = run_script(core_python, CORE_SCRIPT, tmp_path)
     assert "absent: torch tqdm mujoco" in out, out
     assert "stepped (4, 4) 4.0" in out, out
     assert "extra: train" in out, out
@@ -155,9 +160,7 @@ MUJOCO_SCRIPT = textwrap.dedent("""
 
 def test_the_wheel_steps_mujoco_envs_on_mujoco_4(dist: Path, tmp_path: Path):
     python = make_venv(tmp_path / "venv", f"{wheel_of(dist)}[mujoco]", "mujoco>=4,<5")
-    script = tmp_path / "mujoco4.py"
-    script.write_text(MUJOCO_SCRIPT)
-    out = run([str(python), str(script)], cwd=tmp_path, timeout=300).stdout
+    out = run_script(python, MUJOCO_SCRIPT, tmp_path)
     assert "mujoco 4." in out, out
     assert "stepped HalfCheetah-v5 (2, 17)" in out, out
     assert "stepped HalfCheetahVel-v5 (2, 20)" in out, out

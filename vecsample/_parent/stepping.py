@@ -158,7 +158,7 @@ class StepChannel:
             self._send_actions(posted)
 
     def _send_actions(self, workers: Sequence[int]) -> None:
-        """The pickled action leaves of ``workers``, after their post (_worker/main.py reads them)."""
+        """The pickled action leaves of ``workers``, after their post (the worker reads them)."""
         for w in workers:
             lo, hi = self._config.bounds(w)
             message = pickle.dumps(self._buffers.lane(lo, hi, ("act",)), pickle.HIGHEST_PROTOCOL)
