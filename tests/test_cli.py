@@ -96,14 +96,14 @@ def test_an_unguarded_script_under_forkserver_gets_one_short_error(tmp_path):
 
 
 def test_queue_choice_experiment_runs():
-    proc = subprocess.run([sys.executable, "experiments/queue_choice.py", "--round-trips", "50",
+    proc = subprocess.run([sys.executable, "benchmarks/queue_choice.py", "--round-trips", "50",
                            "--repeats", "1"], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, check=True)
     assert "pipe-bytes" in proc.stdout
 
 
 def test_step_timeline_experiment_stamps_every_step():
-    proc = subprocess.run([sys.executable, "-m", "experiments.step_timeline", "--num-envs", "4",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.step_timeline", "--num-envs", "4",
                            "--batches", "30", "--pause-ms", "1"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, check=True)
     assert "worker stepping its envs" in proc.stdout
@@ -112,14 +112,14 @@ def test_step_timeline_experiment_stamps_every_step():
 
 
 def test_core_throughput_experiment_runs():
-    proc = subprocess.run([sys.executable, "-m", "experiments.core_throughput", "--num-envs", "4",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.core_throughput", "--num-envs", "4",
                            "--seconds", "0.1", "--repeats", "1"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, check=True)
     assert "ratio to one bare loop" in proc.stdout
 
 
 def test_lane_cost_experiment_prints_every_lane():
-    proc = subprocess.run([sys.executable, "experiments/lane_cost.py", "--seconds", "0.05",
+    proc = subprocess.run([sys.executable, "benchmarks/lane_cost.py", "--seconds", "0.05",
                            "--repeats", "1"], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
@@ -129,7 +129,7 @@ def test_lane_cost_experiment_prints_every_lane():
 
 def test_hosted_cost_experiment_reports_every_worker(tmp_path):
     out = tmp_path / "cost.json"
-    proc = subprocess.run([sys.executable, "experiments/hosted_cost.py", "--num-envs", "8",
+    proc = subprocess.run([sys.executable, "benchmarks/hosted_cost.py", "--num-envs", "8",
                            "--workers", "2", "--seconds", "0.1", "--json", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -1,7 +1,7 @@
-"""The experiments' flags: every script in experiments/ parses its ``Args`` with tyro.
+"""The scripts' flags: every script in examples/ and benchmarks/ parses its ``Args`` with tyro.
 
 Each script is imported as a module and its own ``parse_args`` is called, so these tests go
-through the same tyro call as ``python experiments/<script>.py``.
+through the same tyro call as ``python examples/<script>.py``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,22 @@ from typing import get_args, get_type_hints
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = sorted(p.stem for p in (ROOT / "experiments").glob("*.py") if not p.stem.startswith("_"))
+#: Every script of examples/ and benchmarks/, by name (the names are unique across the two).
+SCRIPTS = {p.stem: p for folder in ("examples", "benchmarks") for p in (ROOT / folder).glob("*.py")
+           if not p.stem.startswith("_")}
+NAMES = sorted(SCRIPTS)
 
 
 def load(name: str) -> ModuleType:
-    """experiments/<name>.py as a module (registered, so tyro can read its source)."""
+    """examples/<name>.py or benchmarks/<name>.py as a module (registered, so tyro can read its
+    source). Its folder goes on sys.path, as ``python examples/<name>.py`` puts it there: a
+    script may import a sibling (maml_trpo_metaworld.py imports maml_trpo's outer loop)."""
     key = f"experiment_{name}_under_test"
+    folder = str(SCRIPTS[name].parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
     if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, ROOT / "experiments" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(key, SCRIPTS[name])
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module  # dataclasses and tyro look the module up by name
@@ -84,7 +92,7 @@ def test_every_experiment_parses_with_tyro_and_names_its_docs_page(name):
     module = load(name)
     assert dataclasses.is_dataclass(module.Args)
     assert module.parse_args([]) == module.Args()  # no flags, no preset: the Args defaults
-    source = (ROOT / "experiments" / f"{name}.py").read_text()
+    source = SCRIPTS[name].read_text()
     assert "import argparse" not in source and "vecsample.flags" not in source
     pages = re.findall(r"docs/[\w-]+\.md", module.__doc__.splitlines()[0])
     assert pages, f"{name}: line 1 of the docstring should name its docs/*.md page"

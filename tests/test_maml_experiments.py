@@ -1,4 +1,4 @@
-"""Smoke runs of experiments/maml_trpo.py and experiments/maml_test.py on a tiny budget."""
+"""Smoke runs of examples/maml_trpo.py and examples/maml_test.py on a tiny budget."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(script: str, *args: str) -> str:
     proc = subprocess.run(
-        [sys.executable, f"experiments/{script}", *args],
+        [sys.executable, f"examples/{script}", *args],
         capture_output=True,
         text=True,
         timeout=240,

@@ -221,7 +221,7 @@ def test_one_ml1_meta_batch_end_to_end() -> None:
 def test_experiment_runs_on_a_tiny_budget(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "experiments/maml_trpo_metaworld.py", "--num-batches", "2",
+        [sys.executable, "examples/maml_trpo_metaworld.py", "--num-batches", "2",
          "--meta-batch-size", "2", "--fast-batch-size", "2", "--max-path-length", "20",
          "--num-workers", "1", "--output-dir", str(out)],
         capture_output=True, text=True, timeout=240, cwd=ROOT,

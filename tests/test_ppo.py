@@ -1,4 +1,4 @@
-"""Tests for experiments/ppo.py: GAE with truncation bootstrapping on a hand-computed case, and
+"""Tests for examples/ppo.py: GAE with truncation bootstrapping on a hand-computed case, and
 smoke runs on a tiny budget (discrete CartPole, continuous Pendulum with the MuJoCo preset)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "ppo.py"
+SCRIPT = ROOT / "examples" / "ppo.py"
 
 
 @pytest.fixture(scope="module")

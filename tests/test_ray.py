@@ -262,7 +262,7 @@ def test_bad_arguments_are_config_errors(cluster: Cluster) -> None:
 def test_ppo_ray_example_runs_on_a_tiny_budget(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = Path(__file__).resolve().parents[1] / "experiments" / "ppo_ray.py"
+    path = Path(__file__).resolve().parents[1] / "examples" / "ppo_ray.py"
     spec = importlib.util.spec_from_file_location("ppo_ray", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

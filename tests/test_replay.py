@@ -351,7 +351,7 @@ def test_an_unseeded_run_is_refused_plainly_and_numpy_seeds_are_seeds(make_sampl
 
 def test_the_overhead_experiment_runs_on_a_tiny_budget():
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "experiments/replay_overhead.py", "--seconds", "0.05",
+    proc = subprocess.run([sys.executable, "benchmarks/replay_overhead.py", "--seconds", "0.05",
                            "--repeats", "1", "--hook-calls", "100"], capture_output=True,
                           text=True, timeout=120, cwd=root,
                           env={**os.environ, "PYTHONPATH": str(root)})

@@ -82,7 +82,7 @@ def test_bench_rows_carry_the_efficiency_of_their_mode():
 
 
 def test_parent_scaling_experiment_prints_each_worker_count():
-    proc = subprocess.run([sys.executable, "experiments/parent_scaling.py", "--workers", "1",
+    proc = subprocess.run([sys.executable, "benchmarks/parent_scaling.py", "--workers", "1",
                            "4", "--seconds", "0.05", "--repeats", "1"], capture_output=True,
                           text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -1,4 +1,4 @@
-"""R7 in CI: experiments/soak.py on 10^5 CartPole steps; parent and worker step counts match."""
+"""R7 in CI: benchmarks/soak.py on 10^5 CartPole steps; parent and worker step counts match."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def test_soak_100k_steps_counters_match(tmp_path):
     out = tmp_path / "soak.json"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.run(
-        [sys.executable, "experiments/soak.py", "--steps", "100000", "--report-every", "2",
+        [sys.executable, "benchmarks/soak.py", "--steps", "100000", "--report-every", "2",
          "--out", str(out)],
         capture_output=True, text=True, env=env, timeout=240,
     )

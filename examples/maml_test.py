@@ -1,11 +1,11 @@
 """Evaluates a saved MAML policy on fresh tasks after 0, 1, ..., k inner steps (docs/maml.md).
 
-Reads ``policy.th`` and ``config.json`` from ``--run-dir`` (what experiments/maml_trpo.py
+Reads ``policy.th`` and ``config.json`` from ``--run-dir`` (what examples/maml_trpo.py
 writes). One ``sample(tasks, num_steps=k)`` per batch of tasks gives the episodes sampled with
 the parameters after 0..k-1 steps (``train[j]``) and after k steps (``valid``). Prints the mean
 return per number of steps and writes it to ``<run-dir>/adaptation.json``.
 
-Run: ``python experiments/maml_test.py --run-dir runs/maml_trpo --num-steps 3``
+Run: ``python examples/maml_test.py --run-dir runs/maml_trpo --num-steps 3``
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from vecsample.maml import (
 @dataclass
 class Args:
     run_dir: str = "runs/maml_trpo"
-    """the output directory of experiments/maml_trpo.py"""
+    """the output directory of examples/maml_trpo.py"""
     num_steps: int = 3
     """largest number of inner gradient steps evaluated (0..num_steps)"""
     num_batches: int = 10

@@ -22,7 +22,7 @@ sampler (main process + workers) per meta-batch / bare CPU seconds for as many s
 dedicated cores with perfect overlap the wall ratio would equal it), and the workers' own
 env.step time per step (``MultiTaskSampler.stats()``) against the bare loops'.
 
-Run: ``python experiments/maml_timing.py --repeats 3`` (needs psutil, in the ``test`` extra)
+Run: ``python benchmarks/maml_timing.py --repeats 3`` (needs psutil, in the ``test`` extra)
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ trust-region step on the valid surrogate loss (conjugate gradient + backtracking
 Writes ``returns.json`` (pre- and post-adaptation return per meta-batch), ``returns.png``,
 ``policy.th`` and ``config.json`` (pytorch-maml-rl's spelling) into ``--output-dir``.
 
-Run: ``python experiments/maml_trpo.py --config 2d-navigation --num-batches 50``
+Run: ``python examples/maml_trpo.py --config 2d-navigation --num-batches 50``
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ measurement (``--device auto``), synced once per rollout, and the update trains 
 chosen for training. Truncated episodes are bootstrapped from the value of their final
 observation.
 
-    python experiments/ppo.py                                # CartPole-v1, stops once solved
-    python experiments/ppo.py --preset mujoco --env-id HalfCheetah-v5 --total-timesteps 300000
+    python examples/ppo.py                                # CartPole-v1, stops once solved
+    python examples/ppo.py --preset mujoco --env-id HalfCheetah-v5 --total-timesteps 300000
 
 ``--preset mujoco`` swaps in CleanRL's MuJoCo settings (PRESETS below) as the defaults; flags
 given on the command line still override them, and ``--preset mujoco --help`` shows them.

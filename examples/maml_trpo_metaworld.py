@@ -1,6 +1,6 @@
 """MAML-TRPO on Meta-World+ ML1 / ML10 through vecsample's MultiTaskSampler (docs/maml.md).
 
-The outer loop is experiments/maml_trpo.py's (imported: ``trpo_step``, ``configure``); this file
+The outer loop is examples/maml_trpo.py's (imported: ``trpo_step``, ``configure``); this file
 adds what Meta-World needs: the success rate per task before and after adaptation (the metric
 Meta-World's papers quote: an episode succeeds if ``info["success"]`` was reached at any step),
 a per-task paired difference, and an evaluation on the test split at the end.
@@ -11,7 +11,7 @@ and the seconds. Test-split rows (the policy adapted on held-out goals or classe
 step) have ``split=test``. Also ``metrics.json`` (with the per-task values), ``metrics.png``,
 ``policy.th`` and ``config.json``.
 
-Run: ``python experiments/maml_trpo_metaworld.py --config metaworld-ml1-reach --num-batches 20``
+Run: ``python examples/maml_trpo_metaworld.py --config metaworld-ml1-reach --num-batches 20``
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import asyncio
 import csv
 import dataclasses
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import tyro
+from maml_trpo import configure, trpo_step
 from tqdm import trange
 
 import vecsample.envs  # noqa: F401  (registers MetaWorld-v3)
@@ -43,10 +43,6 @@ from vecsample.maml import (
     get_input_size,
     get_policy_for_env,
 )
-
-# The sibling experiments are plain files, not a package: import from this folder.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from maml_trpo import configure, trpo_step
 
 
 @dataclass

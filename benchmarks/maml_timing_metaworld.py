@@ -21,7 +21,7 @@ what a worker does, without the worker (many Sawyer envs do not stay in cache).
 Printed: each backend's median, ``async / vecsample`` (the issue's target: >= 1.4 on ML10) and
 ``vecsample / ideal`` (target: <= 1.15 on ML10, <= 1.25 on ML1 reach).
 
-Run: ``python experiments/maml_timing_metaworld.py --benchmark ML10 --repeats 3``
+Run: ``python benchmarks/maml_timing_metaworld.py --benchmark ML10 --repeats 3``
 (needs the metaworld extra, and psutil for the CPU seconds)
 """
 
@@ -31,24 +31,19 @@ import dataclasses
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 import tyro
+from maml_timing import tree_cpu_s
 
 import vecsample.envs  # noqa: F401  (registers MetaWorld-v3)
 from vecsample.maml import LinearFeatureBaseline, MultiTaskSampler, Policy, get_policy_for_env
-
-# The sibling experiments are plain files, not a package: import from this folder.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from maml_timing import tree_cpu_s
 
 
 @dataclass

@@ -2,11 +2,11 @@
 
 The "PPO through Ray" figures of docs/distributed.md come from this script.
 
-Self-contained on purpose: the PPO example of issue 7 (experiments/ppo.py) has not landed yet;
+Self-contained on purpose: the PPO example of issue 7 (examples/ppo.py) has not landed yet;
 once it has, this file should become that script with its sampler swapped for RaySampler.
 
-    python experiments/ppo_ray.py                       # a local Ray instance
-    RAY_ADDRESS=auto python experiments/ppo_ray.py      # an existing cluster (ray start ...)
+    python examples/ppo_ray.py                       # a local Ray instance
+    RAY_ADDRESS=auto python examples/ppo_ray.py      # an existing cluster (ray start ...)
 """
 
 from __future__ import annotations
