@@ -5,17 +5,23 @@ keys whose type changes between envs, and values no column can hold."""
 from __future__ import annotations
 
 import functools
+import signal
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import kill_and_wait
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vecsample
+from vecsample._wire.infos import MASK_BYTES, Column, InfoMap
 from vecsample._wire.protocol import AutoresetMode
+from vecsample.adapters import vector_infos
+from vecsample.testing import CountingEnv, fns
 
 #: The kinds of info value an env may return: every column kind, and ones that stay pickled.
 KINDS = ["float", "int", "bool", "f32", "i16", "vec_f4", "mat_i8", "np_bool", "str", "nested",
@@ -153,3 +159,102 @@ def test_infos_read_later_keep_their_step_values(make_sampler) -> None:
     s.reset(seed=0)
     firsts = [s.step(np.ones(1, dtype=np.int64)) for _ in range(4)]
     assert [r.infos[0]["f"] for r in firsts] == [2.25, 3.25, 4.25, 5.25]
+
+
+# --- restarts: the respawned worker's infos join the columns of the others ----------------------
+
+posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
+
+
+class _Gymnasium(gym.vector.VectorEnv[Any, Any, Any]):
+    """Only for gymnasium's own ``_add_info``."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+def _kill_mid_run(step: Callable[[], Any], pids: Callable[[], list[int]]) -> None:
+    """Two steps (the numeric keys have columns from the second on), then worker 1 SIGKILLed."""
+    step()
+    step()
+    kill_and_wait(pids()[1])
+
+
+def _key_names(blocks: list[Any]) -> set[str]:
+    return {column.key for _, columns in blocks for column, _, _ in columns}
+
+
+@posix_only
+def test_a_restart_leaves_the_infos_columnar(make_sampler) -> None:
+    """Worker 0's numeric infos stay columns; the restarted envs' restart_reason and reset
+    infos ride beside them as per-env leftovers (they were a rebuilt dict before issue 23)."""
+    s = make_sampler(fns(CountingEnv, 4, length=10, info=True), num_workers=2, restart=True,
+                     context="fork")
+    s.reset(seed=0)
+    _kill_mid_run(lambda: s.step(np.ones(4, dtype=np.int64)), s.worker_pids)
+    r = s.step(np.ones(4, dtype=np.int64), copy=True)
+    assert r.restarted.tolist() == [False, False, True, True]
+    step, reset = r.infos.columnar(), r.reset_infos.columnar()
+    assert step is not None and reset is not None, "the restart rebuilt the infos env by env"
+    assert _key_names(step[0]) == {"t", "noise"} and not reset[0]
+    assert step[1] == {e: {"restart_reason": "died with exit code -9"} for e in (2, 3)}
+    assert reset[1] == {2: {"episode_index": 0}, 3: {"episode_index": 0}}
+
+
+def _env_by_env(step: Any, reset: Any, mode: AutoresetMode, has_final: np.ndarray,
+                final_obs: Callable[[int], Any]) -> dict[str, Any]:
+    """gymnasium's vector infos built env by env with its own ``_add_info``, from the per-env
+    dicts of the step and of its resets, as SyncVectorEnv would in ``mode``."""
+    add_info = _Gymnasium(len(has_final))._add_info
+    infos: dict[str, Any] = {}
+    for i in range(len(has_final)):
+        info = step.get(i, {})
+        if mode is AutoresetMode.SAME_STEP and has_final[i]:
+            info = {**reset.get(i, {}), "final_obs": final_obs(i), "final_info": info}
+        elif mode is AutoresetMode.NEXT_STEP and i in reset:
+            info = reset[i]
+        infos = add_info(infos, info, i)
+    return infos
+
+
+@posix_only
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_restart_step_infos_equal_gymnasium_env_by_env(make_vector_env, monkeypatch,
+                                                       mode: AutoresetMode) -> None:
+    """The step that returns a restarted worker: the vector infos equal gymnasium's own, built
+    env by env from the same per-env dicts (numeric keys, restart_reason, reset infos, and in
+    SAME_STEP the final infos of envs 0 and 1, which end in that very step)."""
+    env = make_vector_env(fns(CountingEnv, 4, length=3, info=True), num_workers=2,
+                          autoreset_mode=mode.value, restart=True, context="fork")
+    seen: list[dict[str, Any]] = []
+    build = vector_infos.build
+
+    def spy(step: Any, reset: Any, mode: Any, has_final: Any, final_obs: Any,
+            add_info: Any) -> Any:
+        seen.append(_env_by_env(dict(step), dict(reset), mode, has_final.copy(), final_obs))
+        return build(step, reset, mode, has_final, final_obs, add_info)
+
+    monkeypatch.setattr(vector_infos, "build", spy)
+    env.reset(seed=0)
+    _kill_mid_run(lambda: env.step(np.ones(4, dtype=np.int64)), env.sampler.worker_pids)
+    *_, truncated, infos = env.step(np.ones(4, dtype=np.int64))
+    assert truncated[2:].all() and len(seen) == 3
+    assert_same(seen[-1], infos, f"{mode.value} restart step")
+    shown = "episode_index" if mode is AutoresetMode.NEXT_STEP else "restart_reason"
+    ended = infos["final_info"] if mode is AutoresetMode.SAME_STEP else infos  # envs 0 and 1
+    assert infos[f"_{shown}"][2:].all() and ended["_t"][:2].all()
+
+
+def test_an_info_map_set_by_hand_is_built_like_gymnasium_env_by_env() -> None:
+    """An item set by hand turns the map into per-env leftovers, which the one builder reads
+    (an int where the column held floats: the first env's float sets the dtype)."""
+    column = Column(0, "a", float, "<f8", (), MASK_BYTES)
+    step = InfoMap()
+    step.add((0, [(column, np.array([1.5, 0.0, 2.5]), np.array([True, False, True]))]), {})
+    step[1] = {"a": 7, "s": "hand"}
+    none = np.zeros(3, dtype=bool)
+    got = vector_infos.build(step, InfoMap(), AutoresetMode.DISABLED, none, lambda i: None,
+                             _Gymnasium(3)._add_info)
+    expected = _env_by_env(dict(step), {}, AutoresetMode.DISABLED, none, lambda i: None)
+    assert_same(expected, got)
+    assert got["a"].tolist() == [1.5, 7.0, 2.5] and got["_s"].tolist() == [False, True, False]

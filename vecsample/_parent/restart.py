@@ -152,10 +152,9 @@ class Restarts:
     def _flagged(self, w: int, reset_infos: list[dict[str, Any]], reason: str,
                  copy: bool) -> StepResult:
         """Worker ``w``'s rows after the respawn, with its envs' reset infos and ``reason``."""
-        result = self._channel.result_of(w, copy)
-        for env in result.env_ids:
-            result.reset_infos[env] = reset_infos[env]
-            result.infos[env] = {"restart_reason": reason}
+        result = self._channel.result_of(w, copy)  # added as leftovers: the map stays columnar
+        result.reset_infos.add(None, {env: reset_infos[env] for env in result.env_ids})
+        result.infos.add(None, {env: {"restart_reason": reason} for env in result.env_ids})
         return result
 
     def _respawn(self, w: int, deadline: Deadline) -> list[dict[str, Any]]:

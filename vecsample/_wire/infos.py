@@ -272,17 +272,19 @@ def read_block(schema: Schema, table: int, lo: int, hi: int, bits: int) -> Block
 class InfoMap(MutableMapping[int, dict[str, Any]]):
     """Infos by global env id, like a dict; built from column copies only when first read.
 
-    ``blocks`` and ``leftovers`` stay readable (``columnar``) until the map is changed, so
-    ``VectorEnv`` can build its vector infos from the columns without per-env dicts."""
+    Its ``columnar`` form (column blocks, and per-env leftovers beside them) is always readable,
+    so ``VectorEnv`` builds its vector infos from the columns without per-env dicts. Per-env
+    dicts added later (a restart's ``restart_reason`` and reset infos) join the leftovers
+    (``add``); only an item set or deleted by hand turns the whole map into leftovers."""
 
     def __init__(self) -> None:
         self._blocks: list[Block] = []
         self._left: dict[int, dict[str, Any]] = {}
         self._dict: dict[int, dict[str, Any]] | None = None
-        self._changed = False
 
     def add(self, block: Block | None, leftovers: dict[int, dict[str, Any]]) -> None:
-        """Adds one worker's columns and pickled leftovers (by global env id)."""
+        """Adds one worker's columns and pickled leftovers (by global env id); a leftover
+        merges into its env's leftovers (an empty one still lists the env)."""
         if block is not None and block[1]:
             self._blocks.append(block)
         for env, info in leftovers.items():
@@ -290,18 +292,14 @@ class InfoMap(MutableMapping[int, dict[str, Any]]):
         self._dict = None
 
     def absorb(self, other: InfoMap) -> None:
-        """Adds everything of ``other`` (another worker's envs), still columnar if both are."""
-        if other._changed:
-            self._changed = True
-            self._left.update(other._built())
-        else:
-            self._blocks += other._blocks
-            self._left.update(other._left)
+        """Adds everything of ``other`` (another worker's envs), columns and leftovers."""
+        self._blocks += other._blocks
+        self._left.update(other._left)
         self._dict = None
 
-    def columnar(self) -> tuple[list[Block], dict[int, dict[str, Any]]] | None:
-        """(blocks, leftovers), or None once the map was changed (then read it as a dict)."""
-        return None if self._changed else (self._blocks, self._left)
+    def columnar(self) -> tuple[list[Block], dict[int, dict[str, Any]]]:
+        """(blocks, leftovers): the columns copied from the workers, and the per-env rest."""
+        return self._blocks, self._left
 
     def _built(self) -> dict[int, dict[str, Any]]:
         if self._dict is None:
@@ -314,12 +312,12 @@ class InfoMap(MutableMapping[int, dict[str, Any]]):
     def __setitem__(self, env: int, info: dict[str, Any]) -> None:
         built = self._built()
         built[env] = info
-        self._blocks, self._left, self._changed = [], built, True
+        self._blocks, self._left = [], built
 
     def __delitem__(self, env: int) -> None:
         built = self._built()
         del built[env]
-        self._blocks, self._left, self._changed = [], built, True
+        self._blocks, self._left = [], built
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._built())

@@ -230,23 +230,10 @@ class VectorEnv(gym.vector.VectorEnv):
                 v.truncated.copy(), infos)
 
     def _vector_infos(self, v: StepResult) -> dict[str, Any]:
-        fast = vector_infos.build(
+        """gymnasium's vector infos of the step ``v``, built from its info columns."""
+        return vector_infos.build(
             v.infos, v.reset_infos, self.mode, v.has_final_obs,
             lambda i: _unbatch(self.single_observation_space, v.final_obs, i), self._add_info)
-        if fast is not None:
-            return fast
-        step_infos, reset_infos = v.infos, v.reset_infos  # changed by a restart: env by env
-        infos: dict[str, Any] = {}
-        for i in range(self.num_envs):
-            info = step_infos.get(i, {})
-            if self.mode is AutoresetMode.SAME_STEP and v.has_final_obs[i]:
-                final = _unbatch(self.single_observation_space, v.final_obs, i)
-                infos = self._add_info(infos, {"final_obs": final, "final_info": info}, i)
-                info = reset_infos.get(i, {})
-            elif self.mode is AutoresetMode.NEXT_STEP and i in reset_infos:
-                info = reset_infos[i]
-            infos = self._add_info(infos, info, i)
-        return infos
 
     def _observations(self, obs: Any) -> Any:
         if self.copy or not self.shared_memory:

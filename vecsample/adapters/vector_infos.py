@@ -1,12 +1,13 @@
 """gymnasium's vector infos (``info[k]``, ``info["_k"]``) built from info columns, not per env.
 
-``VectorEnv`` hands the step's ``InfoMap``s here. Each key that lives in a column becomes one
-``np.where`` over whole arrays: the step column, or the reset column for the envs reset in this
-step. Only keys that also have pickled values (another type than their column's, a nested
-dict, a string) are built env by env, through gymnasium's own ``_add_info``, so the dtype
-comes from the first env that has the key, as in ``SyncVectorEnv``. The result equals what
-``SyncVectorEnv`` returns, value for value and dtype for dtype (tests/test_info_columns.py);
-only the order of the keys may differ.
+``VectorEnv`` hands every step's ``InfoMap``s here, restarts included: it has no other info
+path. Each key that lives in a column becomes one ``np.where`` over whole arrays: the step
+column, or the reset column for the envs reset in this step. Only keys that also have pickled
+values (another type than their column's, a nested dict, a string, a restart's reset infos)
+are built env by env, through gymnasium's own ``_add_info``, so the dtype comes from the first
+env that has the key, as in ``SyncVectorEnv``. The result equals what ``SyncVectorEnv``
+returns, value for value and dtype for dtype (tests/test_info_columns.py); only the order of
+the keys may differ.
 """
 
 from __future__ import annotations
@@ -89,12 +90,10 @@ def _by_env(infos: dict[str, Any], keys: set[str], use_b: np.ndarray, a: Full, b
 
 
 def build(step: InfoMap, reset: InfoMap, mode: AutoresetMode, has_final: np.ndarray,
-          final_obs: Callable[[int], Any], add_info: AddInfo) -> dict[str, Any] | None:
-    """The vector infos of one step of every env, or None when a map is no longer columnar
-    (something changed it, a restart for one): then the caller builds them env by env."""
+          final_obs: Callable[[int], Any], add_info: AddInfo) -> dict[str, Any]:
+    """The vector infos of one step of every env, a restart's included (its infos are
+    leftovers beside the other workers' columns)."""
     s, r = step.columnar(), reset.columnar()
-    if s is None or r is None:
-        return None
     same_step = mode is AutoresetMode.SAME_STEP
     if not (s[0] or s[1] or r[0] or r[1] or (same_step and has_final.any())):
         return {}  # no info at all this step (CartPole's common case): nothing to build
