@@ -287,8 +287,7 @@ class VecSampler(EnvCommands):
         ``deadline``: seconds the whole call may take, restarts included (None: the sampler's
         ``deadline`` bounds each wait, ``startup_deadline`` a restarted worker's build).
         """
-        bound = Deadline(self.deadline) if deadline is None else Deadline.within(
-            check_seconds(deadline, "deadline"))
+        bound = Deadline.of_call(deadline, self.deadline)
         self._expect_commandable("reset", bound)
         flags = _check_mask(mask, self.num_envs)
         self._log.reset(seed, options, flags)
