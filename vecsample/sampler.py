@@ -225,7 +225,10 @@ class VecSampler(EnvCommands):
         With a float ``timeout`` this waits for the first worker, then returns whichever others
         finish within ``timeout`` seconds of it. No call lasts longer than ``deadline`` (default:
         the sampler's): past it, DeadlineExceededError names the hung workers and carries the
-        results received so far; the hung workers stay pending.
+        results received so far; the hung workers stay pending. With ``restart`` a hung or dead
+        worker is respawned after that wait, bounded by ``startup_deadline`` and the sampler's
+        deadline, not by this one. What every ``timeout``, ``deadline`` and ``close(timeout)``
+        of every class bounds: the table in docs/semantics.md.
         """
         self._check_open()
         pending = self._states.stepping()
