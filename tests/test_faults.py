@@ -548,6 +548,86 @@ def test_3_reset_wait_timeout_bounds_a_restart_inside_it(make_vector_env, tmp_pa
     env.close(terminate=True)  # worker 1 hangs: the fixture's polite close would wait 5 s
 
 
+class ProbedEnv(CountingEnv):
+    """A CountingEnv whose ``reset``, ``probe()`` and ``reset_task`` take ``slow`` seconds in
+    the places named by ``where`` ("reset", "call"; "build" is the factory's)."""
+
+    def __init__(self, env_index: int, where: tuple[str, ...] = (), slow: float = 0.0) -> None:
+        super().__init__(env_index)
+        self.where, self.slow = where, slow
+
+    def _wait(self, place: str) -> None:
+        if place in self.where:
+            time.sleep(self.slow)
+
+    def reset(self, *, seed=None, options=None):
+        self._wait("reset")
+        return super().reset(seed=seed, options=options)
+
+    def probe(self) -> int:
+        self._wait("call")
+        return self.env_index
+
+    def reset_task(self, task: object) -> None:
+        self._wait("call")
+
+
+def _slow_when_rebuilt(env_index: int, marker: str, where: tuple[str, ...],
+                       slow: float) -> ProbedEnv:
+    """Env 2 (worker 1's), once ``marker`` exists: ``slow`` seconds to build (if "build" is in
+    ``where``), reset or answer a command; every other env answers at once."""
+    if env_index != 2 or not os.path.exists(marker):
+        return ProbedEnv(env_index)
+    if "build" in where:
+        time.sleep(slow)
+    return ProbedEnv(env_index, where, slow)
+
+
+#: (where env 2 is slow once rebuilt, for how long, the call's timeout). The last: each part
+#: fits in the timeout, the whole call does not (the timeout bounds the call, not each wait).
+REBUILT_SLOW = [(("build",), 3600.0, 0.5), (("reset",), 3600.0, 0.5),
+                (("build", "call"), 0.6, 1.0)]
+
+
+@posix_only
+@pytest.mark.parametrize(("where", "slow", "timeout"), REBUILT_SLOW)
+def test_3_call_wait_timeout_bounds_a_restart_inside_it(make_vector_env, tmp_path, where, slow,
+                                                        timeout):
+    marker = str(tmp_path / "rebuilt")
+    env_fns = [functools.partial(_slow_when_rebuilt, i, marker, where, slow) for i in range(4)]
+    env = make_vector_env(env_fns, num_workers=2, restart=True, deadline=5, startup_deadline=5)
+    env.reset(seed=0)
+    open(marker, "w").close()
+    kill_and_wait(env.sampler.worker_pids()[1])
+    env.call_async("probe")
+    start = time.monotonic()
+    with pytest.raises(errors.DeadlineExceededError, match=rf"\[1\] .*deadline={timeout} s"):
+        env.call_wait(timeout=timeout)  # respawns worker 1: its rebuild, reset or call is slow
+    elapsed = time.monotonic() - start
+    assert elapsed < timeout + 1.0, elapsed  # the timeout, slack; not the sampler's 5 s bounds
+    assert env.sampler.deadline == 5  # the call's bound was passed down, not written here
+    env.close(terminate=True)  # worker 1 hangs: the fixture's polite close would wait 5 s
+
+
+@posix_only
+@pytest.mark.parametrize("command", ["call", "get_attr", "set_attr", "reset_task"])
+def test_3_a_commands_deadline_bounds_a_restart_inside_it(make_sampler, tmp_path, command):
+    marker = str(tmp_path / "rebuilt")
+    env_fns = [functools.partial(_slow_when_rebuilt, i, marker, ("build",), 3600.0)
+               for i in range(4)]
+    s = make_sampler(env_fns, num_workers=2, restart=True, deadline=5, startup_deadline=5)
+    s.reset()
+    open(marker, "w").close()
+    kill_and_wait(s.worker_pids()[1])
+    args = {"call": ("probe",), "get_attr": ("env_index",), "set_attr": ("length", 3),
+            "reset_task": ([0, 1, 2, 3],)}[command]
+    start = time.monotonic()
+    with pytest.raises(errors.DeadlineExceededError, match=r"\[1\] .*deadline=0\.5 s"):
+        getattr(s, command)(*args, deadline=0.5)  # respawns worker 1, whose rebuild hangs
+    assert time.monotonic() - start < 0.5 + 1.0
+    s.close(timeout=0.0)  # worker 1 hangs: the fixture's polite close would wait 2 s
+
+
 @posix_only
 def test_7_a_retried_step_wait_keeps_every_workers_infos(make_vector_env):
     env = make_vector_env([functools.partial(CountingEnv, i, info=True) for i in range(4)],

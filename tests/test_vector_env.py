@@ -189,6 +189,18 @@ def test_call_async_render_metadata_and_seeds(make_vector_env):
     assert env.get_attr("length") == (2, 2, 2)
 
 
+class KeywordEnv(CountingEnv):
+    def bound(self, *, deadline: float) -> float:
+        return deadline * 2
+
+
+def test_call_passes_a_keyword_named_deadline_to_the_envs(make_vector_env):
+    env = make_vector_env(fns(KeywordEnv, 2), num_workers=1, deadline=30)
+    env.call_async("bound", deadline=3.0)  # the env method's keyword, not the call's bound
+    assert env.call_wait(timeout=10.0) == (6.0, 6.0)
+    assert env.sampler.call_with("bound", (), {"deadline": 1.0}, deadline=10.0) == [2.0, 2.0]
+
+
 def test_step_wait_timeout_is_a_multiprocessing_timeout_and_keeps_the_step(make_vector_env):
     env = make_vector_env(fns(SlowEnv, 2, step_time=0.5), num_workers=2)
     env.reset(seed=0)

@@ -70,6 +70,15 @@ class Deadline:
         end = None if seconds is None else time.monotonic() + seconds
         return cls(seconds, end, seconds)
 
+    @classmethod
+    def of_call(cls, seconds: float | None, per_wait: float | None) -> Deadline:
+        """A synchronous call's bounds: its own ``deadline=`` (``seconds``, checked) bounds the
+        whole call, restarts included; None leaves each wait bounded by ``per_wait`` (the
+        sampler's ``deadline``) and a restart's rebuild by ``startup_deadline``."""
+        if seconds is None:
+            return cls(per_wait)
+        return cls.within(check_seconds(seconds, "deadline"))
+
     def per(self, seconds: float | None) -> Deadline:
         """The same call's end, with waits of ``seconds`` (a rebuild's startup_deadline)."""
         return Deadline(seconds, self.end, self.timeout)

@@ -225,7 +225,10 @@ class VecSampler(EnvCommands):
         With a float ``timeout`` this waits for the first worker, then returns whichever others
         finish within ``timeout`` seconds of it. No call lasts longer than ``deadline`` (default:
         the sampler's): past it, DeadlineExceededError names the hung workers and carries the
-        results received so far; the hung workers stay pending.
+        results received so far; the hung workers stay pending. With ``restart`` a hung or dead
+        worker is respawned after that wait, bounded by ``startup_deadline`` and the sampler's
+        deadline, not by this one. What every ``timeout``, ``deadline`` and ``close(timeout)``
+        of every class bounds: the table in docs/semantics.md.
         """
         self._check_open()
         pending = self._states.stepping()
@@ -287,8 +290,7 @@ class VecSampler(EnvCommands):
         ``deadline``: seconds the whole call may take, restarts included (None: the sampler's
         ``deadline`` bounds each wait, ``startup_deadline`` a restarted worker's build).
         """
-        bound = Deadline(self.deadline) if deadline is None else Deadline.within(
-            check_seconds(deadline, "deadline"))
+        bound = Deadline.of_call(deadline, self.deadline)
         self._expect_commandable("reset", bound)
         flags = _check_mask(mask, self.num_envs)
         self._log.reset(seed, options, flags)

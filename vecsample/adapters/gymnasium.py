@@ -250,8 +250,8 @@ class VectorEnv(gym.vector.VectorEnv):
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Runs the call recorded by ``call_async``, in at most ``timeout`` seconds."""
         name, args, kwargs = self._take("call")
-        with _call_deadline(self._sampler, timeout), _env_errors():
-            return tuple(self._sampler.call(name, *args, **kwargs))
+        with _env_errors():  # the timeout bounds the whole call, restarts included
+            return tuple(self._sampler.call_with(name, args, kwargs, deadline=timeout))
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Calls ``name`` on every env (or reads it, if not callable); one result per env."""
@@ -519,19 +519,6 @@ def _unbatch(space: Any, tree: Any, i: int) -> Any:
     if isinstance(space, FIXED_SPACES):
         return np.array(value, copy=True)
     return value
-
-
-@contextlib.contextmanager
-def _call_deadline(sampler: VecSampler, timeout: float | None) -> Iterator[None]:
-    """``timeout`` (if given) bounds the sampler's synchronous calls made inside the block."""
-    if timeout is None:
-        yield
-        return
-    saved, sampler.deadline = sampler.deadline, timeout
-    try:
-        yield
-    finally:
-        sampler.deadline = saved
 
 
 @contextlib.contextmanager

@@ -619,8 +619,12 @@ class RaySampler:
     def closed(self) -> bool:
         return self._closed
 
+    # 10 s, not VecSampler's 5: this bounds the wait for every actor's close, which runs after
+    # the actor's chunks in flight (one task at a time) and then takes up to its VecSampler's
+    # own close() (5 s + 0.5 s). docs/semantics.md, "What each timeout and deadline bounds".
     def close(self, timeout: float = 10.0) -> None:
-        """Asks each actor to close its VecSampler, then kills it for good. Idempotent."""
+        """Asks each actor to close its VecSampler, waits up to ``timeout`` seconds for them all,
+        then kills every actor for good. Idempotent."""
         slots = getattr(self, "_slots", [])
         self._closed = True
         for slot in slots:
