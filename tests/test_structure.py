@@ -187,6 +187,25 @@ def test_files_are_grouped_by_the_process_they_run_in():
     assert not offenders, "imports across the process line:\n" + "\n".join(offenders)
 
 
+def test_hosted_imports_nothing_from_the_worker():
+    """hosted.py is the parent's side of hosted vector envs; its worker side is
+    _worker/hosted_block.py, which imports hosted.py, never the other way round (no cycle), not
+    even under TYPE_CHECKING."""
+    path = PACKAGE / "hosted.py"
+    found = banned_imports(path.read_text(), _relative(path), ("vecsample._worker",))
+    assert not found, "hosted.py imports the worker:\n" + "\n".join(found)
+
+
+def test_banned_imports_sees_an_import_under_type_checking():
+    source = textwrap.dedent("""
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from vecsample._worker.main import _Worker
+    """)
+    assert banned_imports(source, "vecsample/hosted.py", ("vecsample._worker",)) == [
+        "vecsample/hosted.py:4 imports vecsample._worker.main"]
+
+
 def test_banned_imports_finds_relative_and_absolute_ones():
     source = textwrap.dedent("""
         from vecsample._wire import protocol
