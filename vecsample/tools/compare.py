@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import math
 import time
@@ -26,12 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from vecsample._wire.protocol import EnvFn
-from vecsample.config import EnvMaker
-from vecsample.errors import ConfigError
 from vecsample.extras import require
 from vecsample.sampler import VecSampler
-from vecsample.testing import SlowEnv
 from vecsample.tools.policies import (
     SPEC_HELP,
     Policy,
@@ -41,9 +36,11 @@ from vecsample.tools.policies import (
     random_policy,
     with_latency,
 )
+from vecsample.tools.workloads import SYNTHETIC_ENVS, env_factories, parse_timeouts
 
 # The policies moved to vecsample.tools.policies; their names stay importable from here.
 __all__ = [
+    "SYNTHETIC_ENVS",
     "Grid",
     "LoopResult",
     "Policy",
@@ -59,10 +56,6 @@ __all__ = [
     "sweep",
     "with_latency",
 ]
-
-#: Synthetic env names: SlowEnv with each step-time tail (see vecsample.testing).
-SYNTHETIC_ENVS = {"sleep": "none", "uniform": "uniform", "straggler": "heavy"}
-
 
 @dataclass
 class LoopResult:
@@ -138,14 +131,6 @@ def _send(sampler: VecSampler, workers: Sequence[int], actions: np.ndarray) -> i
 
 
 # --- the sweep -----------------------------------------------------------------------------------
-
-
-def env_factories(name: str, count: int, step_time: float) -> list[EnvFn]:
-    """Gymnasium ids, or ``sleep`` / ``uniform`` / ``straggler``: SlowEnv with that tail."""
-    if name in SYNTHETIC_ENVS:
-        return [functools.partial(SlowEnv, env_index=i, step_time=step_time,
-                                  tail=SYNTHETIC_ENVS[name]) for i in range(count)]
-    return [EnvMaker(name)] * count
 
 
 @dataclass
@@ -454,13 +439,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "worker, policy and float timeout; --iterations steps per env, 100 by "
                         "default), replay it, and report a bit-exact match or the first "
                         "mismatch (docs/semantics.md)")
-
-
-def parse_timeouts(values: Sequence[str]) -> list[float | None]:
-    try:
-        return [None if v.lower() == "none" else float(v) for v in values]
-    except ValueError as exc:
-        raise ConfigError(f"--timeouts takes 'none' or seconds, got {list(values)}") from exc
 
 
 def grid_from_args(args: argparse.Namespace) -> Grid:

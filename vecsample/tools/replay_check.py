@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from vecsample.sampler import VecSampler
-from vecsample.tools.compare import env_factories, parse_timeouts
 from vecsample.tools.policies import Policy, make_policy
+from vecsample.tools.workloads import env_factories, parse_timeouts
 
 #: Steps per env when --iterations is not given.
 DEFAULT_ITERATIONS = 100

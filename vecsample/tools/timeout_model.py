@@ -135,8 +135,9 @@ def _timed(fn: Callable[[Any], Any], arg: Any) -> float:
 def calibrate_overhead(workers: int, seconds: float = 1.0) -> float:
     """Parent seconds per worker per round, from a full-batch loop on zero-time sleep envs."""
     from vecsample.sampler import VecSampler
-    from vecsample.tools.compare import env_factories, sampling_loop
+    from vecsample.tools.compare import sampling_loop
     from vecsample.tools.policies import random_policy
+    from vecsample.tools.workloads import env_factories
 
     with VecSampler(env_factories("sleep", workers, 0.0), num_workers=workers,
                     infos=False) as sampler:
