@@ -1,4 +1,5 @@
-"""Smoke runs of examples/maml_trpo.py and examples/maml_test.py on a tiny budget."""
+"""Smoke runs of examples/maml_trpo.py, examples/maml_test.py and benchmarks/maml_timing.py on
+a tiny budget."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(script: str, *args: str) -> str:
+    """``script`` (a path from the checkout's root) run with ``args``; its stdout."""
     proc = subprocess.run(
-        [sys.executable, f"examples/{script}", *args],
+        [sys.executable, script, *args],
         capture_output=True,
         text=True,
         timeout=240,
@@ -30,7 +32,7 @@ def run(script: str, *args: str) -> str:
 def test_maml_trpo_then_maml_test(tmp_path: Path) -> None:
     out = tmp_path / "run"
     stdout = run(
-        "maml_trpo.py", "--config", "2d-navigation", "--num-batches", "2",
+        "examples/maml_trpo.py", "--config", "2d-navigation", "--num-batches", "2",
         "--meta-batch-size", "2", "--fast-batch-size", "2", "--num-workers", "1",
         "--output-dir", str(out),
     )  # fmt: skip
@@ -45,7 +47,7 @@ def test_maml_trpo_then_maml_test(tmp_path: Path) -> None:
     assert (out / "policy.th").exists()
 
     stdout = run(
-        "maml_test.py", "--run-dir", str(out), "--num-steps", "2", "--num-batches", "1",
+        "examples/maml_test.py", "--run-dir", str(out), "--num-steps", "2", "--num-batches", "1",
         "--meta-batch-size", "2", "--num-workers", "1",
     )  # fmt: skip
     assert "2 inner steps: mean return" in stdout
@@ -56,8 +58,8 @@ def test_maml_trpo_then_maml_test(tmp_path: Path) -> None:
 def test_maml_timing_runs(tmp_path: Path) -> None:
     out = tmp_path / "timing.json"
     stdout = run(
-        "maml_timing.py", "--config", "bandit-k5-n10", "--repeats", "1", "--bare-steps", "200",
-        "--json", str(out),
+        "benchmarks/maml_timing.py", "--config", "bandit-k5-n10", "--repeats", "1",
+        "--bare-steps", "200", "--json", str(out),
     )  # fmt: skip
     assert "ratio" in stdout
     record = json.loads(out.read_text())

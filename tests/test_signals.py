@@ -201,7 +201,7 @@ def _round(s: VecSampler, tally: Tally, delay: float) -> None:
 
 @posix_only
 def test_a_storm_of_sigints_never_leaves_a_raised_send_posted(make_sampler):
-    """About 3 s of rounds, each with one SIGINT at a random point of step_send/step_recv
+    """At least 3 s of rounds, each with one SIGINT at a random point of step_send/step_recv
     cycles (a uniform delay over a few cycles). After each caught KeyboardInterrupt: one out of
     step_send left the worker's step unposted and nothing to receive; one out of step_recv
     handed nothing over (the next step_recv returns that step, run once)."""
@@ -209,8 +209,11 @@ def test_a_storm_of_sigints_never_leaves_a_raised_send_posted(make_sampler):
     s.reset()
     assert signal.getsignal(signal.SIGINT) is signals._on_sigint, "the test would prove nothing"
     rng, tally = np.random.default_rng(0), Tally()
-    end = time.monotonic() + 3.0
-    while time.monotonic() < end:
+    start = time.monotonic()
+    # 3 s at least, and on until 5 SIGINTs have landed after a post (a loaded machine lands
+    # fewer there: 4 in 3 s once in CI); 30 s at most, then the asserts below say what was seen.
+    while time.monotonic() - start < 3.0 or (tally.interrupts["held"] < 5 and
+                                             time.monotonic() - start < 30.0):
         _round(s, tally, float(rng.uniform(0.0, 1e-3)))
     assert tally.violations == [], (tally.violations[:5], len(tally.violations))
     # SIGINTs landed after a post (held) and everywhere else: the windows were all exercised.
