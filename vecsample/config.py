@@ -26,7 +26,7 @@ from vecsample.errors import ConfigError
 from vecsample.hosted import HostedVector
 from vecsample.seeding import check_seed
 
-#: Default whole-call deadline (seconds): no call blocks longer, even if a worker hangs.
+#: Default deadline (seconds) of each wait for workers, so that a hung worker never hangs a call.
 DEFAULT_DEADLINE = 300.0
 #: How long the parent and the workers poll the step handshake's counters before sleeping on a
 #: pipe, when every worker can have a core of its own (µs). It skips scheduler wake-ups (an IPI

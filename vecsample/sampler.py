@@ -73,8 +73,11 @@ class VecSampler(EnvCommands):
             has no other thread, else forkserver; or "fork", "forkserver", "spawn". Factories
             travel by cloudpickle (lambdas and closures work); spawn and forkserver re-import
             the main script, which then needs ``if __name__ == "__main__":``.
-        deadline: no call blocks longer than this many seconds (None or inf: forever); a
-            silent worker is then reported hung, or respawned with ``restart``.
+        deadline: how long a wait for workers may last, in seconds (None or inf: forever):
+            the whole wait of ``step``/``step_recv``, and each wait inside a command (``reset``,
+            ``call``, ...; their own ``deadline=`` bounds the whole call). A silent worker is
+            then reported hung, or respawned with ``restart``. docs/semantics.md, "What each
+            timeout and deadline bounds", has the table.
         startup_deadline: how long building a worker's envs may take (120 s by default).
         threads_per_worker: caps the BLAS/OpenMP/torch threads of each worker (None: leave).
         cpu_affinity: True pins worker ``w`` to the ``w``-th usable core; a list gives each
