@@ -17,6 +17,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from helpers import kill_and_wait
 
 from vecsample import VecSampler, errors
 from vecsample.seeding import env_seeds, restart_seed
@@ -410,3 +411,38 @@ def test_vector_env_passes_restart_through(make_vector_env):
     np.testing.assert_array_equal(truncated, [False, False, True, True])
     assert not terminated.any() and obs[2, 1] == 0 and obs[0, 1] == 2
     assert "exit code 3" in infos["restart_reason"][3]
+
+
+# --- a restart keeps what the sampler set on its envs ---------------------------------------------
+
+
+def _navigation(n: int) -> list:
+    import gymnasium as gym
+
+    import vecsample.envs  # noqa: F401  (registers 2DNavigation-v0)
+
+    return [lambda: gym.make("2DNavigation-v0")] * n
+
+
+@pytest.mark.parametrize("where", ["step", "command"])
+def test_a_restarted_worker_gets_back_its_tasks_and_attributes(make_sampler, where):
+    """reset_task and set_attr values outlive a restart: the respawned envs get them again
+    (in the order they were set) before their reset, so a meta-RL round never goes on sampling
+    another task. Killed during a step, and between calls (healed by the next command)."""
+    s = make_sampler(_navigation(4), num_workers=2, restart=True, seed=0)
+    tasks = s.get_attr("unwrapped")[0].sample_tasks(4)
+    s.reset_task(tasks)
+    s.set_attr("marker", [10, 11, 12, 13])
+    s.set_attr("marker", [20, 21, 22, 23])  # the latest value wins, as without a restart
+    s.reset()
+    old = s.worker_pids()[1]
+    kill_and_wait(old)
+    if where == "step":
+        result = s.step(np.zeros((4, 2), dtype=np.float32))
+        assert result.restarted[2:].all() and not result.restarted[:2].any()
+    else:
+        s.get_attr("marker")  # finds the dead worker and respawns it before asking
+    assert s.worker_pids()[1] != old and len(s.restart_log) == 1
+    got = [env._task for env in s.get_attr("unwrapped")]
+    assert [t["goal"].tolist() for t in got] == [t["goal"].tolist() for t in tasks]
+    assert s.get_attr("marker") == [20, 21, 22, 23]

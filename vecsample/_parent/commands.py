@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from vecsample import errors
 from vecsample._parent.pool import Heal, WorkerPool
 from vecsample._parent.replay import NoLog
+from vecsample._parent.restart import Restarts
 from vecsample._wire.protocol import Command
 from vecsample.config import Deadline
 
@@ -26,6 +27,7 @@ class EnvCommands:
     _pool: WorkerPool
     _heal: Heal | None
     _log: NoLog
+    _restarts: Restarts
 
     def _expect_commandable(self, call: str, deadline: Deadline | None = None) -> None:
         raise NotImplementedError  # VecSampler's
@@ -38,6 +40,7 @@ class EnvCommands:
         ``startup_deadline`` a restarted worker's build)."""
         tasks = per_env(tasks, self.num_envs, "tasks")
         self._each(Command.RESET_TASK, lambda lo, hi: tasks[lo:hi], deadline)
+        self._restarts.remember(Command.RESET_TASK, "", tasks)  # a respawned env gets it again
 
     def call(self, name: str, /, *args: Any, deadline: float | None = None,
              **kwargs: Any) -> list[Any]:
@@ -64,6 +67,7 @@ class EnvCommands:
         else:
             values = [values] * self.num_envs
         self._each(Command.SET_ATTR, lambda lo, hi: (name, values[lo:hi]), deadline)
+        self._restarts.remember(Command.SET_ATTR, name, values)  # a respawned env gets it again
 
     def _each(self, command: Command, payload: Callable[[int, int], object],
               deadline: float | None) -> list[Any]:

@@ -9,6 +9,7 @@ worker comes back as a result of the call that saw it fail, so the caller's loop
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Collection
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from vecsample import errors
 from vecsample._parent.pool import WorkerPool
 from vecsample._parent.stepping import StepChannel
-from vecsample._wire.protocol import WorkerState
+from vecsample._wire.protocol import Command, WorkerState
 from vecsample.config import Deadline, SamplerConfig
 from vecsample.results import StepResult
 from vecsample.seeding import SeedArg, env_seeds, resolve_seeds, restart_seed
@@ -34,6 +35,15 @@ class Restarts:
         self._first_seeds: list[int | None] = list(self.streams)  # used by the first reset
         #: Every restart so far, oldest first: (worker, reason).
         self.log: list[tuple[int, str]] = []
+        #: What the sampler's commands set on the envs: reset_task's tasks and set_attr's values
+        #: (one per env), by (command, attribute), the latest call last. A respawned worker's
+        #: envs get them again before their reset, as the old envs had them.
+        self.settings: dict[tuple[Command, str], list[Any]] = {}
+
+    def remember(self, command: Command, name: str, values: list[Any]) -> None:
+        """Notes a ``reset_task`` (name ``""``) or ``set_attr(name)`` that every env took."""
+        self.settings.pop((command, name), None)  # re-inserted: the latest call goes last
+        self.settings[(command, name)] = values
 
     def collect(self, pending: list[int], timeout: float | None, deadline: float | None,
                 copy: bool) -> list[StepResult]:
@@ -157,6 +167,17 @@ class Restarts:
         result.infos.add(None, {env: {"restart_reason": reason} for env in result.env_ids})
         return result
 
+    def _set_again(self, slots: list[int], deadline: Deadline) -> None:
+        """Gives the respawned ``slots``' envs the tasks and attributes their old envs had."""
+        for (command, name), values in self.settings.items():
+            payload = functools.partial(self._setting, command, name, values)
+            self._pool.request(command, slots, payload, deadline)
+
+    def _setting(self, command: Command, name: str, values: list[Any], slot: int) -> Any:
+        """The payload of a remembered command for ``slot``: its envs' rows of ``values``."""
+        block = values[slice(*self._config.bounds(slot))]
+        return block if command is Command.RESET_TASK else (name, block)
+
     def _respawn(self, w: int, deadline: Deadline) -> list[dict[str, Any]]:
         """A fresh process for worker ``w`` (and its other half) with re-seeded envs and flagged
         rows, built and reset within ``deadline``; every env's reset info (empty: not reset)."""
@@ -165,6 +186,7 @@ class Restarts:
         for s in slots:  # after the old process is gone: nothing can write behind us
             self._channel.forget(s)
         self._pool.respawn(w, deadline.per(self._config.startup_deadline))
+        self._set_again(list(slots), deadline)
         lo, hi = self._config.bounds(slots[0])[0], self._config.bounds(slots[-1])[1]
         restarts = sum(1 for worker, _ in self.log if worker in slots)  # of this process
         seeds = [restart_seed(stream, restarts) for stream in self.streams[lo:hi]]
