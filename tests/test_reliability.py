@@ -19,7 +19,7 @@ import psutil
 import pytest
 from helpers import kill_and_wait
 
-from vecsample import VecSampler, errors
+from vecsample import EnvMaker, VecSampler, errors
 from vecsample.seeding import env_seeds, restart_seed
 from vecsample.testing import CountingEnv, DyingEnv, HangingEnv, RaisingEnv, SlowEnv, fns
 
@@ -417,11 +417,9 @@ def test_vector_env_passes_restart_through(make_vector_env):
 
 
 def _navigation(n: int) -> list:
-    import gymnasium as gym
-
-    import vecsample.envs  # noqa: F401  (registers 2DNavigation-v0)
-
-    return [lambda: gym.make("2DNavigation-v0")] * n
+    """EnvMaker registers vecsample's task envs in whichever process builds them (a lambda
+    around gym.make would need the worker to have imported vecsample.envs first)."""
+    return [EnvMaker("2DNavigation-v0")] * n
 
 
 @pytest.mark.parametrize("where", ["step", "command"])
