@@ -130,19 +130,24 @@ def _trajectory(sampler: VecSampler, steps: int) -> list[tuple[Any, ...]]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
-def test_a_hosted_sync_vector_env_steps_exactly_like_the_bare_loop(make_sampler, mode):
-    bare = make_sampler([functools.partial(CountingEnv, length=7, info=True)] * N,
-                        num_workers=2 * W, autoreset_mode=mode)  # another split: same data
-    hosted = make_sampler(HostedVector(functools.partial(counting_sync, mode=mode)),
-                          num_envs=N, num_workers=W, autoreset_mode=mode)
-    expected, got = _trajectory(bare, 20), _trajectory(hosted, 20)
+def assert_same_trajectories(bare: VecSampler, hosted: VecSampler, steps: int) -> None:
+    """``_trajectory`` of both samplers, equal step by step (arrays and info maps)."""
+    expected, got = _trajectory(bare, steps), _trajectory(hosted, steps)
     for k, (a, b) in enumerate(zip(expected, got, strict=True)):
         for x, y in zip(a, b, strict=True):
             if isinstance(x, np.ndarray):
                 np.testing.assert_array_equal(y, x, err_msg=f"step {k}")
             else:
                 assert y == x, f"step {k}"
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_a_hosted_sync_vector_env_steps_exactly_like_the_bare_loop(make_sampler, mode):
+    bare = make_sampler([functools.partial(CountingEnv, length=7, info=True)] * N,
+                        num_workers=2 * W, autoreset_mode=mode)  # another split: same data
+    hosted = make_sampler(HostedVector(functools.partial(counting_sync, mode=mode)),
+                          num_envs=N, num_workers=W, autoreset_mode=mode)
+    assert_same_trajectories(bare, hosted, 20)
 
 
 def test_a_partial_reset_of_a_hosted_sync_vector_env_resets_only_the_masked_rows(make_sampler):
@@ -379,13 +384,7 @@ def test_set_attr_of_a_hosted_sync_vector_env_sets_each_env_as_the_bare_loop_doe
     for sampler in (bare, hosted):
         sampler.set_attr("length", lengths)
     assert hosted.get_attr("num_envs") == [B] * N  # per block, as before
-    expected, got = _trajectory(bare, 20), _trajectory(hosted, 20)
-    for k, (a, b) in enumerate(zip(expected, got, strict=True)):
-        for x, y in zip(a, b, strict=True):
-            if isinstance(x, np.ndarray):
-                np.testing.assert_array_equal(y, x, err_msg=f"step {k}")
-            else:
-                assert y == x, f"step {k}"
+    assert_same_trajectories(bare, hosted, 20)
     hosted.set_attr("length", 3)  # one value for every env
     hosted.reset(seed=0)
     ends = [hosted.step(np.ones(N, dtype=np.int64)).terminated.all() for _ in range(3)]
