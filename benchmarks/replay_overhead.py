@@ -67,7 +67,8 @@ def throughput(args: Args, path: str) -> tuple[list[float], list[float], LoopRes
 
 
 def hook_costs(args: Args, path: str) -> tuple[float, float]:
-    """µs per step_send and per step_recv (collect + hand-over) that a Recorder adds."""
+    """µs per step_send and per step_recv (its hooks: schedule, arrange, hand-over) that a
+    Recorder adds."""
     config = SamplerConfig.build(args.env_id, num_envs=args.num_envs,
                                  num_workers=args.num_workers)
     recorder = Recorder(path, config, [])
@@ -75,7 +76,8 @@ def hook_costs(args: Args, path: str) -> tuple[float, float]:
                for w in range(args.num_workers)]
 
     def recv() -> None:
-        recorder.delivered(recorder.collect(lambda *_: results, [], None, None, False))
+        _, _, made = recorder.schedule([], None, False)
+        recorder.delivered(recorder.arrange(made + results))
 
     n = args.hook_calls
     send_us = timeit.timeit(lambda: recorder.send(0), number=n) / n * 1e6

@@ -109,7 +109,9 @@ def test_unpicklable_infos_are_a_typed_error_not_a_hang(make_sampler):
     with pytest.raises(errors.WorkerError, match="cannot be pickled") as info:
         s.step(ones(2))
     assert info.value.command == "STEP"
-    with pytest.raises(errors.PendingCallError):
+    # Both workers' infos hold a lambda: both are read in the one wait and reported, none left.
+    assert {info.value.worker, *(e.worker for e in info.value.others)} == {0, 1}
+    with pytest.raises(errors.WorkerLostError):
         s.step(ones(2))  # the failed worker is not silently reused
 
 

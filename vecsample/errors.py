@@ -278,7 +278,8 @@ class RemoteTraceback(Exception):
 class WorkerError(VecSampleError, RuntimeError):
     """An env raised inside a worker. Carries the worker, the env and the remote traceback.
 
-    ``results``: the steps received in the same call before the failure, so nothing is lost.
+    ``results``: the steps received in the same call, so nothing is lost. ``others``: the other
+    workers lost in the same wait of a step (each its own error), raised as this one.
     """
 
     def __init__(
@@ -301,6 +302,7 @@ class WorkerError(VecSampleError, RuntimeError):
         self.results: list[StepResult] = list(results)
         #: From a command (reset, call, ...): the replies of the workers that did answer.
         self.replies: dict[int, Any] = {}
+        self.others: list[WorkerError] = []
         if remote_traceback:
             self.__cause__ = RemoteTraceback(remote_traceback)
 

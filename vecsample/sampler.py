@@ -26,7 +26,7 @@ from vecsample._parent import signals
 from vecsample._parent.commands import EnvCommands
 from vecsample._parent.pool import WorkerPool
 from vecsample._parent.replay import NO_LOG, NoLog, open_log
-from vecsample._parent.restart import Restarts
+from vecsample._parent.restart import FailurePolicy, RaiseFailures, Restarts
 from vecsample._parent.stats import Meter, PhaseSource
 from vecsample._parent.stepping import StepChannel
 from vecsample._wire import handshake
@@ -47,7 +47,7 @@ from vecsample.config import (
 )
 from vecsample.hosted import HostedVector
 from vecsample.results import Infos, StepResult
-from vecsample.seeding import SeedArg
+from vecsample.seeding import EnvSeeds, SeedArg
 
 __all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "EnvMaker", "VecSampler", "usable_cores"]
 
@@ -161,6 +161,7 @@ class VecSampler(EnvCommands):
     def _start(self, obs_space: Space, act_space: Space, record: PathArg | None,
                replay: PathArg | None) -> None:
         self.single_observation_space, self.single_action_space = obs_space, act_space
+        self._wait = Deadline(self.deadline)  # one wait of step()/step_recv(), every call
         self._actions = ActionWriter(act_space, self.check_actions)
         self._everyone = list(range(self.num_workers))
         self._buffers = SharedBuffers(obs_space, act_space, self.num_envs, self.num_workers)
@@ -169,17 +170,22 @@ class VecSampler(EnvCommands):
         self._pool = WorkerPool(self.config, self._buffers, ordered)
         self._states = self._pool.states
         self._channel = StepChannel(self.config, self._buffers, self._pool, ordered, self._meter)
-        self._restarts = Restarts(self.config, self._pool, self._channel)
+        self._seeds = EnvSeeds(self.config.seed, self.num_envs)
+        #: What a worker that died, raised or hung becomes, chosen here once: nothing below
+        #: asks ``restart`` again (restart.py).
+        self._failures: FailurePolicy = (
+            Restarts(self.config, self._pool, self._channel, self._seeds) if self.restart
+            else RaiseFailures())
         #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
-        self.restart_log = self._restarts.log
-        self._collect = self._restarts.collect if self.restart else self._channel.collect
+        self.restart_log = self._failures.log
         #: DISABLED with a hosted env: a block with an ended env must be reset before it steps.
         self._no_frozen = (hosted.is_hosted(self.config.env_fns)
                            and self.autoreset_mode is AutoresetMode.DISABLED)
-        self._heal = self._restarts.heal if self.restart else None
+        self._heal = self._failures.heal_hook
+        self._restarts = self._failures  # EnvCommands' name for it (remember)
         self._closed = False
         try:
-            self._log = open_log(record, replay, self.config, self._restarts, self._channel)
+            self._log = open_log(record, replay, self.config, self._failures)
             self._pool.start()
         except BaseException:
             self.close(timeout=1.0)  # a worker that failed to build will not exit politely
@@ -239,14 +245,22 @@ class VecSampler(EnvCommands):
             raise errors.NoPendingError()
         if timeout is not None:
             timeout = check_seconds(timeout, "timeout")
-        deadline = self.deadline if deadline is None else check_seconds(deadline, "deadline")
-        return self._recv(pending, timeout, deadline, copy)
+        bound = self._wait if deadline is None else Deadline(check_seconds(deadline, "deadline"))
+        return self._recv(pending, timeout, bound, copy)
 
-    def _recv(self, pending: list[int], timeout: float | None, deadline: float | None,
+    def _recv(self, pending: list[int], timeout: float | None, deadline: Deadline,
               copy: bool) -> list[StepResult]:
-        """step_recv once its arguments are checked (step() knows them already)."""
+        """step_recv once its arguments are checked (step() knows them already): one wait, then
+        the failure policy turns what it found into results or one exception."""
         start = time.perf_counter()
-        results = self._log.collect(self._collect, pending, timeout, deadline, copy)
+        try:
+            workers, timeout, made = self._log.schedule(pending, timeout, copy)
+            got = self._channel.collect(workers, timeout, deadline, copy)
+            results = self._log.arrange(made + self._failures.settle(got, pending, copy))
+        except BaseException as exc:
+            self._channel.deliver(getattr(exc, "results", []))  # what it carries is handed over
+            self._log.failed(exc)
+            raise
         self._meter.timers["wait_s"] += time.perf_counter() - start
         # Last, and counted there: an interrupt before it loses nothing.
         return self._log.delivered(self._channel.deliver(results, self._meter.timers))
@@ -270,7 +284,7 @@ class VecSampler(EnvCommands):
             # The parent only waits now: handing its core over at once lets the worker that
             # shares it start its envs without waiting for step_recv's bookkeeping.
             os.sched_yield()
-        return self.batch(self._recv(self._everyone, None, self.deadline, False), copy=copy)
+        return self.batch(self._recv(self._everyone, None, self._wait, False), copy=copy)
 
     def batch(self, results: Sequence[StepResult] = (), *, copy: bool = False) -> StepResult:
         """Every env's current data as one StepResult, with the infos of ``results`` merged."""
@@ -297,7 +311,7 @@ class VecSampler(EnvCommands):
         self._expect_commandable("reset", bound)
         flags = _check_mask(mask, self.num_envs)
         self._log.reset(seed, options, flags)
-        seeds = self._restarts.seeds_for_reset(seed)
+        seeds = self._seeds.for_reset(seed)
         infos = self._pool.reset(seeds, options, flags, bound, heal=self._heal)
         self._channel.drop_held()  # respawned workers were reset too: no restart to report
         return self._channel.all_views.obs, infos
@@ -307,7 +321,7 @@ class VecSampler(EnvCommands):
         (and, with restart, respawns them), within ``deadline`` (default: the sampler's)."""
         self._check_open()
         deadline = deadline or Deadline(self.deadline)
-        self._pool.settle(deadline, raise_deaths=not self.restart)
+        self._pool.settle(deadline, raise_deaths=self._heal is None)
         self._expect_all_idle(call, deadline)
 
     def _check_open(self) -> None:
@@ -318,13 +332,13 @@ class VecSampler(EnvCommands):
 
     def _expect_idle(self, w: int, call: str) -> None:
         if self._states.current[w] is not WorkerState.IDLE:
-            self._restarts.heal([w])
+            self._failures.heal([w])
             self._states.expect_idle(w, call)
 
     def _expect_all_idle(self, call: str, deadline: Deadline | None = None) -> None:
         self._check_open()
         if not self._states.all_idle():  # the hot path (every step() call): one C-level count
-            self._restarts.heal(self._states.lost(), deadline)
+            self._failures.heal(self._states.lost(), deadline)
             self._states.expect_all_idle(call)
 
     def add_phases(self, source: PhaseSource) -> None:

@@ -93,3 +93,30 @@ def restart_seed(env_seed: int | None, restart: int) -> int | None:
     independent of the env's first episode, and of every other env's stream.
     """
     return None if env_seed is None else child_seed(env_seed, restart)
+
+
+class EnvSeeds:
+    """A sampler's seeds for its envs: the constructor's seed for the first ``reset()``, a new
+    seed for every ``reset(seed)``, and each env's stream for the copies a restart re-makes."""
+
+    def __init__(self, seed: int | None, num_envs: int) -> None:
+        self.num_envs = num_envs
+        #: Each env's own seed stream (``reset(seed=...)`` replaces it).
+        self.streams = env_seeds(seed, num_envs)
+        self._first: list[int | None] = list(self.streams)  # used by the first reset
+
+    def for_reset(self, seed: SeedArg) -> list[int | None]:
+        """The seeds of a ``reset(seed)``: None gives the constructor's seed once, then none;
+        a new seed also becomes the streams that later restarts draw from."""
+        if seed is None:
+            seeds, self._first = self._first, [None] * self.num_envs
+            return seeds
+        seeds = resolve_seeds(seed, self.num_envs)
+        self._first = [None] * self.num_envs
+        self.streams = list(seeds)
+        return seeds
+
+    def for_restart(self, lo: int, hi: int, restart: int) -> list[int | None]:
+        """Every env's seed for a re-made copy of the envs ``[lo, hi)`` after their process's
+        ``restart``-th restart: ``restart_seed`` of their streams, None for the other envs."""
+        return [None] * lo + [restart_seed(s, restart) for s in self.streams[lo:hi]]

@@ -7,14 +7,16 @@ A base of ``VecSampler`` (sampler.py), which provides what is declared here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vecsample import errors
-from vecsample._parent.pool import Heal, WorkerPool
-from vecsample._parent.replay import NoLog
-from vecsample._parent.restart import Restarts
 from vecsample._wire.protocol import Command
 from vecsample.config import Deadline
+
+if TYPE_CHECKING:  # the sampler's parts, which it builds: no import at run time
+    from vecsample._parent.pool import Heal, WorkerPool
+    from vecsample._parent.replay import NoLog
+    from vecsample._parent.restart import FailurePolicy
 
 T = TypeVar("T")
 
@@ -27,7 +29,7 @@ class EnvCommands:
     _pool: WorkerPool
     _heal: Heal | None
     _log: NoLog
-    _restarts: Restarts
+    _restarts: FailurePolicy
 
     def _expect_commandable(self, call: str, deadline: Deadline | None = None) -> None:
         raise NotImplementedError  # VecSampler's

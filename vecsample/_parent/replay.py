@@ -16,40 +16,63 @@ naming it, and every later call raises it again: a replay never goes on silently
 See docs/semantics.md, "Reproducing an asynchronous run".
 
 The sampler calls one hook per call on its ``log``: ``NoLog`` (nothing recorded, each hook a
-plain return), a ``Recorder`` or a ``Replayer``.
+plain return), a ``Recorder`` or a ``Replayer``. They observe the sends and the receives; for
+``step_recv`` the replayer also sets the schedule (``schedule``: which workers to wait for, and
+the restarts to make first; ``arrange``: their recorded order).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import numpy as np
 
 from vecsample import errors
-from vecsample._parent.restart import Restarts
-from vecsample._parent.stepping import StepChannel
 from vecsample._wire.protocol import Command
 from vecsample._wire.replay_log import (
+    ADDRESS,
     IDENTITY,
+    VERSION,
     LogReader,
     LogWriter,
     PathArg,
     Tag,
     describe,
     digest,
-    header,
     seed_field,
 )
-from vecsample.config import SamplerConfig
+from vecsample.config import EnvMaker, SamplerConfig
 from vecsample.results import StepResult
+
+if TYPE_CHECKING:  # passed in by the sampler, which builds them: no import at run time
+    from vecsample._parent.restart import FailurePolicy
 
 #: How often (seconds) a recording reaches the file while it runs; it always does on close().
 FLUSH_EVERY = 1.0
 
-Collect = Callable[[list[int], float | None, float | None, bool], list[StepResult]]
+#: What a step_recv waits for: the workers, the partial batch's ``timeout``, and the results of
+#: the restarts made before the wait (a replay makes the recorded ones again).
+Schedule = tuple[list[int], float | None, list[StepResult]]
+
+
+def header(config: SamplerConfig) -> dict[str, Any]:
+    """What identifies a run: the sampler's layout, its envs, its seed, the format."""
+    names = [_describe(fn) for fn in config.env_fns]
+    return {
+        "version": VERSION, "num_envs": config.num_envs, "num_workers": config.num_workers,
+        "env": names[0], "env_digest": digest("\n".join(names)),
+        "autoreset_mode": config.autoreset_mode.value, "seed": config.seed,
+        "restart": config.restart, "infos": config.infos,
+    }
+
+
+def _describe(fn: object) -> str:
+    """A factory as text that is the same in every run (no memory addresses)."""
+    if isinstance(fn, EnvMaker):
+        return f"{fn.env_id} {sorted(fn.kwargs.items())!r}"
+    return ADDRESS.sub("", repr(fn))
 
 
 class NoLog:
@@ -61,10 +84,16 @@ class NoLog:
     def send_all(self) -> None:
         """``send_all`` (and ``step``), before anything is sent."""
 
-    def collect(self, inner: Collect, pending: list[int], timeout: float | None,
-                deadline: float | None, copy: bool) -> list[StepResult]:
-        """``step_recv``'s collect: ``inner`` chooses the workers (replay chooses them itself)."""
-        return inner(pending, timeout, deadline, copy)
+    def schedule(self, pending: list[int], timeout: float | None, copy: bool) -> Schedule:
+        """``step_recv``, before its wait: what it waits for (replay chooses it itself)."""
+        return pending, timeout, []
+
+    def arrange(self, results: list[StepResult]) -> list[StepResult]:
+        """``step_recv``'s results once its failure policy settled them, in the order to return."""
+        return results
+
+    def failed(self, exc: BaseException) -> None:
+        """``step_recv`` raised ``exc``; the results it carries were handed over."""
 
     def delivered(self, results: list[StepResult]) -> list[StepResult]:
         """``step_recv``'s results, once handed over."""
@@ -84,15 +113,16 @@ NO_LOG = NoLog()
 
 
 def open_log(record: PathArg | None, replay: PathArg | None, config: SamplerConfig,
-             restarts: Restarts, channel: StepChannel) -> NoLog:
-    """The sampler's log: a Recorder, a Replayer, or NO_LOG."""
+             failures: FailurePolicy) -> NoLog:
+    """The sampler's log: a Recorder, a Replayer, or NO_LOG. A replay of a run with restarts
+    makes them again through ``failures`` (the header check has made sure it restarts too)."""
     if record is not None and replay is not None:
         raise errors.ConfigError("record= and replay= were both given; a sampler records a run "
                                  "or replays one: pass one of them.")
     if record is not None:
-        return Recorder(record, config, restarts.log)
+        return Recorder(record, config, failures.log)
     if replay is not None:
-        return Replayer(replay, config, restarts, channel)
+        return Replayer(replay, config, failures)
     return NO_LOG
 
 
@@ -133,17 +163,14 @@ class Recorder(NoLog):
             self._restarts()
         self._write(self._send_all)
 
-    def collect(self, inner: Collect, pending: list[int], timeout: float | None,
-                deadline: float | None, copy: bool) -> list[StepResult]:
-        try:
-            return inner(pending, timeout, deadline, copy)
-        except errors.VecSampleError as exc:  # the results it carries were handed over
-            self._restarts()
-            handed = [r.worker for r in getattr(exc, "results", ())]
-            hung = getattr(exc, "hung_workers", [])
-            self._record(Tag.RECV_ERROR, handed, type(exc).__name__, list(hung))
-            self._writer.flush()
-            raise
+    def failed(self, exc: BaseException) -> None:
+        if not isinstance(exc, errors.VecSampleError):
+            return  # an interrupt: the results stay for the next recv, which records them
+        self._restarts()
+        handed = [r.worker for r in getattr(exc, "results", ())]
+        hung = getattr(exc, "hung_workers", [])
+        self._record(Tag.RECV_ERROR, handed, type(exc).__name__, list(hung))
+        self._writer.flush()
 
     def delivered(self, results: list[StepResult]) -> list[StepResult]:
         if len(self._restart_log) > self._seen:
@@ -180,14 +207,15 @@ def _packed(tag: Tag, *fields: int) -> bytes:
 class Replayer(NoLog):
     """Checks each call against the log and makes step_recv return the recorded workers."""
 
-    def __init__(self, path: PathArg, config: SamplerConfig, restarts: Restarts,
-                 channel: StepChannel) -> None:
+    def __init__(self, path: PathArg, config: SamplerConfig, failures: FailurePolicy) -> None:
         self._reader = LogReader(path)
         self.path = self._reader.path
         self._config = config
-        self._restarts = restarts
-        self._channel = channel
-        self._seen = len(restarts.log)  # restarts of this run accounted for
+        self._failures = failures
+        self._seen = len(failures.log)  # restarts of this run accounted for
+        #: The step_recv under way: its record, and the error it is to raise again.
+        self._record: list[Any] = []
+        self._recorded: errors.DeadlineExceededError | None = None
         #: The index of the current call (0: the construction), and why replay stopped.
         self.call = 0
         self.stopped: errors.ReplayError | None = None
@@ -225,7 +253,7 @@ class Replayer(NoLog):
 
     def _match_restarts(self) -> None:
         """Every restart this run made since the last check must be the log's next record."""
-        for w, reason in self._restarts.log[self._seen:]:
+        for w, reason in self._failures.log[self._seen:]:
             self._seen += 1
             record = self._reader.next()
             if record is None or record[0] != Tag.RESTART or record[1] != w:
@@ -266,29 +294,39 @@ class Replayer(NoLog):
 
     # --- step_recv -------------------------------------------------------------------------------
 
-    def collect(self, inner: Collect, pending: list[int], timeout: float | None,
-                deadline: float | None, copy: bool) -> list[StepResult]:
+    def schedule(self, pending: list[int], timeout: float | None, copy: bool) -> Schedule:
+        """The recorded workers, waited for as a full batch, after the recorded restarts."""
         self._begin()
-        forced, record = self._recorded_recv(pending)
-        workers: list[int] = record[1]
+        forced, self._record = self._recorded_recv(pending)
         try:
-            got = {r.worker: r for w, reason in forced
-                   for r in self._restarts.force(w, reason, copy)}  # with a lost other half
-            self._seen += len(forced)
-            rest = [w for w in workers if w not in got]
-            if rest:
-                got.update((r.worker, r) for r in inner(rest, None, deadline, copy)
-                           if r.worker is not None)
-        except BaseException as exc:  # the log moved on, the call did not: replay stops here
-            self.stopped = errors.ReplayDivergedError(
-                path=self.path, call=self.call, expected=describe(record),
-                got=f"step_recv() raising {type(exc).__name__}: {exc}")
+            made = [r for w, reason in forced
+                    for r in self._failures.force(w, reason, copy)]  # with a lost other half
+        except BaseException as exc:
+            self.failed(exc)
             raise
+        self._seen += len(forced)
+        done = {r.worker for r in made}
+        return [w for w in self._record[1] if w not in done], None, made
+
+    def arrange(self, results: list[StepResult]) -> list[StepResult]:
+        """The results in the recorded order; the recorded deadline raised again with them."""
         self._match_restarts()  # a restart the recorded run did not have diverges here
-        results = [got[w] for w in workers]
-        if record[0] == Tag.RECV_ERROR:
-            raise self._recorded_error(record, results, deadline)
-        return results
+        got = {r.worker: r for r in results}
+        ordered = [got[w] for w in self._record[1]]
+        if self._record[0] == Tag.RECV_ERROR:
+            self._recorded = errors.DeadlineExceededError(
+                hung_workers=list(self._record[3]), deadline=self._config.deadline,
+                results=ordered)
+            raise self._recorded
+        return ordered
+
+    def failed(self, exc: BaseException) -> None:
+        """The log moved on and the call did not: replay stops here (unless it is the recorded
+        error, raised again)."""
+        if exc is not self._recorded and self.stopped is None:
+            self.stopped = errors.ReplayDivergedError(
+                path=self.path, call=self.call, expected=describe(self._record),
+                got=f"step_recv() raising {type(exc).__name__}: {exc}")
 
     def _recorded_recv(self, pending: list[int]) -> tuple[list[tuple[int, str]], list[Any]]:
         """The restarts recorded in this step_recv, then its RECV record, checked."""
@@ -310,13 +348,6 @@ class Replayer(NoLog):
                 "here; record with restart=True to make such failures replayable")
             raise self.stopped
         return forced, record
-
-    def _recorded_error(self, record: list[Any], results: Sequence[StepResult],
-                        deadline: float | None) -> errors.DeadlineExceededError:
-        """The recorded run's deadline, raised again with the same results handed over."""
-        self._channel.deliver(list(results))
-        return errors.DeadlineExceededError(hung_workers=list(record[3]), deadline=deadline,
-                                            results=results)
 
 
 def stopped(log: NoLog) -> errors.ReplayError | None:

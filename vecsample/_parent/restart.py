@@ -1,8 +1,15 @@
-"""``Restarts``: the restart policy (``restart=True``), on top of the step channel and the pool.
+"""What a failed worker becomes, decided once at construction: an exception (``RaiseFailures``,
+``restart=False``) or a respawn (``Restarts``, ``restart=True``).
 
-A worker that died, raised or hung is respawned in place: a fresh process on a fresh pipe (no
-stale reply can be read), its envs rebuilt and reset with seeds drawn from each env's own stream
-(``seeding.restart_seed``), and their rows flagged ``restarted`` and truncated. The respawned
+A step's wait (``StepChannel.collect``) returns what it read together with what died, failed or
+hung; the sampler's policy turns that into the call's results or one exception, raised at the API
+boundary (``settle``). Commands go through the pool's RPC, where the policy's ``heal_hook``
+(None: raise) respawns what died during them; ``heal`` respawns workers found lost before a call.
+
+With ``Restarts``, a worker that died, raised or hung is respawned in place: a fresh process on a
+fresh pipe (no stale reply can be read), its envs rebuilt and given again the tasks and
+attributes that ``reset_task``/``set_attr`` gave them, reset with seeds drawn from each env's own
+stream (``seeding.EnvSeeds``), and their rows flagged ``restarted`` and truncated. The respawned
 worker comes back as a result of the call that saw it fail, so the caller's loop goes on. Past
 ``max_restarts`` the failure is raised as RestartLimitError. See docs/reliability.md.
 """
@@ -10,95 +17,110 @@ worker comes back as a result of the call that saw it fail, so the caller's loop
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vecsample import errors
-from vecsample._parent.pool import WorkerPool
-from vecsample._parent.stepping import StepChannel
 from vecsample._wire.protocol import Command, WorkerState
 from vecsample.config import Deadline, SamplerConfig
 from vecsample.results import StepResult
-from vecsample.seeding import SeedArg, env_seeds, resolve_seeds, restart_seed
+from vecsample.seeding import EnvSeeds
+
+if TYPE_CHECKING:  # passed in by the sampler, which builds them: no import at run time
+    from vecsample._parent.pool import Heal, WorkerPool
+    from vecsample._parent.stepping import Collected, StepChannel
+
+
+class FailurePolicy(Protocol):
+    """What the sampler does with a worker that died, raised or hung."""
+
+    #: Every restart so far, oldest first: (worker, reason); empty without restarts.
+    log: list[tuple[int, str]]
+    #: Given to the pool's command RPC: respawns workers lost during a command (None: raise).
+    heal_hook: Heal | None
+
+    def settle(self, got: Collected, pending: Sequence[int], copy: bool) -> list[StepResult]:
+        """A step's results, from what its wait found; or one exception carrying them."""
+
+    def heal(self, workers: list[int], deadline: Deadline | None = None) -> None:
+        """Before a call: what it does with ``workers`` that an earlier call left lost."""
+
+    def remember(self, command: Command, name: str, values: list[Any]) -> None:
+        """A ``reset_task`` (name ``""``) or ``set_attr(name)`` that every env took."""
+
+    def force(self, w: int, reason: str, copy: bool) -> list[StepResult]:
+        """Replay: restarts worker ``w`` as the recorded run did, whatever it does now."""
+
+
+class RaiseFailures:
+    """``restart=False``: the first loss of a wait is raised, carrying the results read with it;
+    past the deadline, DeadlineExceededError names the hung workers, which stay pending."""
+
+    log: list[tuple[int, str]]
+    heal_hook: Heal | None = None
+
+    def __init__(self) -> None:
+        self.log = []
+
+    def settle(self, got: Collected, pending: Sequence[int], copy: bool) -> list[StepResult]:
+        if got.hung:
+            raise errors.DeadlineExceededError(hung_workers=got.hung, deadline=got.bound,
+                                               results=got.results)
+        if got.lost:
+            first = got.lost[0]
+            first.results, first.others = list(got.results), got.lost[1:]
+            raise first
+        return got.results
+
+    def heal(self, workers: list[int], deadline: Deadline | None = None) -> None:
+        """Nothing: the call that needs them raises WorkerLostError."""
+
+    def remember(self, command: Command, name: str, values: list[Any]) -> None:
+        """Nothing: without restarts no env is ever re-made."""
+
+    def force(self, w: int, reason: str, copy: bool) -> list[StepResult]:
+        raise AssertionError("a replay's header check makes a run without restarts replay "
+                             "a log without restarts")
 
 
 class Restarts:
-    """Collects steps, respawning failed workers when the sampler was built with restart."""
+    """``restart=True``: a worker that died, raised or hung is respawned and returned flagged."""
 
-    def __init__(self, config: SamplerConfig, pool: WorkerPool, channel: StepChannel) -> None:
+    def __init__(self, config: SamplerConfig, pool: WorkerPool, channel: StepChannel,
+                 seeds: EnvSeeds) -> None:
         self._config = config
         self._pool = pool
         self._channel = channel
-        #: Each env's own seed stream, for re-seeding restarts (reset(seed=...) replaces it).
-        self.streams = env_seeds(config.seed, config.num_envs)
-        self._first_seeds: list[int | None] = list(self.streams)  # used by the first reset
+        self._seeds = seeds
         #: Every restart so far, oldest first: (worker, reason).
         self.log: list[tuple[int, str]] = []
         #: What the sampler's commands set on the envs: reset_task's tasks and set_attr's values
         #: (one per env), by (command, attribute), the latest call last. A respawned worker's
         #: envs get them again before their reset, as the old envs had them.
         self.settings: dict[tuple[Command, str], list[Any]] = {}
+        self.heal_hook: Heal | None = self.heal
 
     def remember(self, command: Command, name: str, values: list[Any]) -> None:
-        """Notes a ``reset_task`` (name ``""``) or ``set_attr(name)`` that every env took."""
         self.settings.pop((command, name), None)  # re-inserted: the latest call goes last
         self.settings[(command, name)] = values
 
-    def collect(self, pending: list[int], timeout: float | None, deadline: float | None,
-                copy: bool) -> list[StepResult]:
-        """``StepChannel.collect``, but with restart on a worker that died, raised or hung is
-        respawned and returned as a result whose envs are flagged restarted and truncated."""
-        if not self._config.restart:
-            return self._channel.collect(pending, timeout, deadline, copy)
-        results: list[StepResult] = []
-        deadline_at = None if deadline is None else time.monotonic() + deadline
-        while pending:
-            remaining = None if deadline_at is None else max(0.0, deadline_at - time.monotonic())
-            try:
-                return results + self._channel.collect(pending, timeout, remaining, copy)
-            except errors.DeadlineExceededError as exc:
-                results += exc.results
-                for w in exc.hung_workers:
-                    if w not in {r.worker for r in results}:  # not restarted with its other half
-                        results += self._restart(w, "hung past the deadline", exc, results, copy,
-                                                 pending=pending)
-                return results
-            except errors.WorkerError as exc:
-                results += exc.results
-                results += self._restart(exc.worker, exc.reason, exc, results, copy,
-                                         pending=pending)
-                for w in self._lost_too(pending, exc.worker):  # died in the same collect
-                    results += self._restart(w, "died in the same step", exc, results, copy,
-                                             pending=pending)
-            if timeout is not None:  # a partial batch: the restarted worker is enough
-                return results
-            got = {r.worker for r in results}  # read but not yet delivered: still STEPPING
-            pending = [w for w in pending
-                       if self._pool.states[w] is WorkerState.STEPPING and w not in got]
+    def settle(self, got: Collected, pending: Sequence[int], copy: bool) -> list[StepResult]:
+        """``got``'s results, plus a flagged result for each worker lost or hung in the wait,
+        respawned (once per process: an other half restarted with an earlier one is done)."""
+        results = list(got.results)
+        causes: list[tuple[int, str, errors.VecSampleError]] = [
+            (e.worker, e.reason, e) for e in got.lost]
+        hung = errors.DeadlineExceededError(hung_workers=got.hung, deadline=got.bound)
+        causes += [(w, "hung past the deadline", hung) for w in got.hung]
+        for w, reason, cause in causes:
+            if all(r.worker != w for r in results):
+                results += self._restart(w, reason, cause, results, copy, pending=pending)
         return results
 
-    def _lost_too(self, pending: list[int], reported: int) -> list[int]:
-        states = self._pool.states
-        return [w for w in pending if w != reported and states[w] is WorkerState.DEAD]
-
-    def seeds_for_reset(self, seed: SeedArg) -> list[int | None]:
-        """The seeds of a ``reset(seed)``: None gives the constructor's seed once, then none;
-        a new seed also becomes the streams that later restarts draw from."""
-        if seed is None:
-            seeds, self._first_seeds = self._first_seeds, [None] * self._config.num_envs
-            return seeds
-        seeds = resolve_seeds(seed, self._config.num_envs)
-        self._first_seeds = [None] * self._config.num_envs
-        self.streams = list(seeds)
-        return seeds
-
     def heal(self, workers: list[int], deadline: Deadline | None = None) -> None:
-        """With restart on, workers left failed or dead by a synchronous call are respawned
+        """Workers left failed or dead by a synchronous call are respawned
         before their next use (their envs flagged like any restart), within the ``deadline`` of
         the call that needs them (default: the sampler's deadline and startup_deadline)."""
-        if not self._config.restart:
-            return
         for w in workers:
             state = self._pool.states[w]  # an other half restarted with an earlier one: idle
             if state in (WorkerState.FAILED, WorkerState.DEAD):
@@ -189,9 +211,8 @@ class Restarts:
         self._set_again(list(slots), deadline)
         lo, hi = self._config.bounds(slots[0])[0], self._config.bounds(slots[-1])[1]
         restarts = sum(1 for worker, _ in self.log if worker in slots)  # of this process
-        seeds = [restart_seed(stream, restarts) for stream in self.streams[lo:hi]]
-        streams = [None] * lo + seeds  # only the process's rows are read
-        infos = self._pool.reset(streams, None, None, deadline, workers=list(slots))
+        seeds = self._seeds.for_restart(lo, hi, restarts)
+        infos = self._pool.reset(seeds, None, None, deadline, workers=list(slots))
         for s in slots:
             self._channel.flag_restarted(s)
         return infos

@@ -13,12 +13,13 @@ import pickle
 import signal
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vecsample import errors
 from vecsample._parent import signals
-from vecsample._parent.pool import WorkerPool
 from vecsample._parent.signals import Section
 from vecsample._parent.stats import Meter
 from vecsample._wire import handshake
@@ -27,8 +28,24 @@ from vecsample._wire.infos import RESET, STEP, Schema, read_block
 from vecsample._wire.protocol import InfoRecord, Reply, WorkerState
 from vecsample._wire.shm import SharedBuffers, Views
 from vecsample._wire.spaces import copy_tree
-from vecsample.config import SamplerConfig
+from vecsample.config import Deadline, SamplerConfig
 from vecsample.results import StepResult
+
+if TYPE_CHECKING:  # passed in by the sampler, which builds it: no import at run time
+    from vecsample._parent.pool import WorkerPool
+
+
+@dataclass
+class Collected:
+    """What one wait for steps found: the results read, in arrival order; the workers lost on
+    the way (died, or their env raised), each as the error that names it; and the workers still
+    pending when the wait's deadline passed (``hung``; ``bound``: the seconds that ran out).
+    A failure policy (restart.py) turns it into the call's results or one exception."""
+
+    results: list[StepResult] = field(default_factory=list)
+    lost: list[errors.WorkerError] = field(default_factory=list)
+    hung: list[int] = field(default_factory=list)
+    bound: float | None = None
 
 
 class StepChannel:
@@ -131,8 +148,7 @@ class StepChannel:
         if w in self._stash:
             return True
         if self._states[w] is WorkerState.STEPPING and self._hs.ready((w,)):
-            self._read_step(w, copy, [])
-            return True
+            return isinstance(self._read_step(w, copy), StepResult)  # else: lost, marked so
         return False
 
     def drop_held(self) -> None:
@@ -165,20 +181,66 @@ class StepChannel:
             with contextlib.suppress(OSError):  # dead: the next collect reports it (see ring)
                 self._pool.conns[w].send_bytes(message)
 
-    def collect(self, pending: list[int], timeout: float | None, deadline: float | None,
-                copy: bool) -> list[StepResult]:
-        """The steps of ``pending`` workers: all of them, or (``timeout``) a partial batch.
+    def collect(self, pending: list[int], timeout: float | None, deadline: Deadline,
+                copy: bool) -> Collected:
+        """The steps of ``pending`` workers: all of them, or (``timeout``) a partial batch, with
+        what died, failed or hung on the way, as a value: nothing here raises for a worker.
 
-        The results stay stashed (their workers STEPPING) until ``deliver``, the caller's last
-        act before returning them; when an error ends the call they travel in its ``results``.
-        So a KeyboardInterrupt in between leaves them for the next collect: none is lost."""
-        results: list[StepResult] = []
-        try:
-            self._collect(results, pending, timeout, deadline, copy)
-        except errors.VecSampleError:
-            self.deliver(results)
-            raise
-        return results
+        A full batch waits for every pending worker that is alive; a partial one for the first
+        arrival (or loss) and then ``timeout`` seconds more. The wait ends at ``deadline``
+        (``Deadline.wait_end``); the workers still pending then are ``hung``. The results stay
+        stashed (their workers STEPPING) until ``deliver``, the caller's last act before
+        returning them, so a KeyboardInterrupt in between leaves them for the next collect."""
+        got = Collected()
+        waiting = set(pending)
+        end = deadline.wait_end()
+        window: float | None = None  # the end of a partial batch: ``timeout`` after the first
+        if self._stash and self._take_carried(got.results, waiting) and timeout is not None:
+            window = time.monotonic() + timeout
+        while waiting:
+            if self._read_ready(got, waiting, copy):
+                if timeout is not None and window is None:
+                    window = time.monotonic() + timeout  # a loss ends a partial batch too
+                continue
+            now = time.monotonic()
+            if window is not None and now >= window:
+                break
+            if end is not None and now >= end:
+                got.hung, got.bound = sorted(waiting), deadline.exceeded()
+                break
+            self._sleep(got, waiting, _earliest(end, window), now)
+        return got
+
+    def _read_ready(self, got: Collected, waiting: set[int], copy: bool) -> bool:
+        """Reads every finished step among ``waiting`` into ``got``; whether there was one."""
+        ready = self._hs.ready(waiting)
+        if not ready:
+            return False
+        start = time.perf_counter()
+        for w in sorted(ready):
+            waiting.discard(w)
+            read = self._read_step(w, copy)
+            if isinstance(read, StepResult):
+                got.results.append(read)
+            else:
+                got.lost.append(read)
+        self._timers["return_s"] += time.perf_counter() - start
+        return True
+
+    def _sleep(self, got: Collected, waiting: set[int], until: float | None,
+               now: float) -> None:
+        """Sleeps until a worker of ``waiting`` finishes or dies, or ``until``; a worker that
+        died before finishing goes to ``got.lost``, out of ``waiting``."""
+        sentinels = self._pool.sentinels(waiting)
+        cpu = time.thread_time()
+        dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
+        self._timers["wait_cpu_s"] += time.thread_time() - cpu
+        if dead:
+            # Data before death: a worker that finished its step and then died delivers it.
+            finished = self._hs.ready(dead)
+            lost = [w for w in dead if w not in finished]
+            waiting.difference_update(lost)
+            got.lost += [self._pool.died(w, "STEP", []) for w in lost]
 
     def deliver(self, results: list[StepResult], timers: dict[str, float] | None = None,
                 ) -> list[StepResult]:
@@ -218,43 +280,6 @@ class StepChannel:
             self._states.transition(w, WorkerState.STEPPING)
             self._stash[w] = stashed
 
-    def _collect(self, results: list[StepResult], pending: list[int], timeout: float | None,
-                 deadline: float | None, copy: bool) -> None:
-        waiting = set(pending)
-        deadline_at = None if deadline is None else time.monotonic() + deadline
-        window_end: float | None = None
-        deaths: list[errors.WorkerDiedError] = []  # raised once the others are read
-        if self._stash and self._take_carried(results, waiting) and timeout is not None:
-            window_end = time.monotonic() + timeout
-        while waiting:
-            ready = self._hs.ready(waiting)
-            if ready:
-                start = time.perf_counter()
-                for w in sorted(ready):
-                    waiting.discard(w)
-                    results.append(self._read_step(w, copy, results))
-                self._timers["return_s"] += time.perf_counter() - start
-                if timeout is not None and window_end is None:
-                    window_end = time.monotonic() + timeout
-                continue
-            now = time.monotonic()
-            if window_end is not None and now >= window_end:
-                break
-            if deadline_at is not None and now >= deadline_at:
-                raise errors.DeadlineExceededError(hung_workers=sorted(waiting),
-                                                   deadline=deadline, results=results)
-            until = _earliest(deadline_at, window_end)
-            sentinels = self._pool.sentinels(waiting)
-            cpu = time.thread_time()
-            dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
-            self._timers["wait_cpu_s"] += time.thread_time() - cpu
-            deaths += self._deaths(dead, waiting)
-            if deaths and timeout is not None and window_end is None:
-                window_end = time.monotonic() + timeout  # a death ends a partial batch too
-        if deaths:
-            deaths[0].results = list(results)
-            raise deaths[0]
-
     def _take_carried(self, results: list[StepResult], waiting: set[int]) -> bool:
         """Results read by a call that an interrupt cut short: returned first."""
         carried = [w for w in waiting if w in self._stash]
@@ -263,29 +288,20 @@ class StepChannel:
             results.append(self._stash[w])
         return bool(carried)
 
-    def _deaths(self, dead: list[int], waiting: set[int]) -> list[errors.WorkerDiedError]:
-        """The workers of ``dead`` that died before finishing (taken out of ``waiting``): data
-        before death, a worker that finished its step and then died still delivers it."""
-        if not dead:
-            return []
-        finished = self._hs.ready(dead)
-        lost = [w for w in dead if w not in finished]
-        waiting.difference_update(lost)
-        return [self._pool.died(w, "STEP", []) for w in lost]
-
-    def _read_step(self, w: int, copy: bool, results: list[StepResult]) -> StepResult:
-        """Worker ``w``'s finished step, read off the handshake (and pipe) in one piece."""
+    def _read_step(self, w: int, copy: bool) -> StepResult | errors.WorkerError:
+        """Worker ``w``'s finished step, read off the handshake (and pipe) in one piece and
+        stashed; or the error that names it, if it died while sending or its env raised."""
         signals.enter()
         try:
             records, bits = None, self._hs.info_bits(w)
             if self._hs.received(w) == REPLY_MESSAGE:
                 try:
                     message = self._pool.conns[w].recv_bytes()
-                except (EOFError, OSError) as exc:
-                    raise self._pool.died(w, "STEP", results) from exc
+                except (EOFError, OSError):
+                    return self._pool.died(w, "STEP", [])
                 tag, payload = pickle.loads(message)
                 if tag is Reply.ERROR:
-                    raise self._pool.failed(w, payload, results)
+                    return self._pool.failed(w, payload, [])
                 records, lane, candidates = payload
                 if lane:
                     self._buffers.apply_lane(self._config.bounds(w)[0], lane)
@@ -358,4 +374,4 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return a if b is None else min(a, b)
 
 
-__all__ = ["StepChannel"]
+__all__ = ["Collected", "StepChannel"]

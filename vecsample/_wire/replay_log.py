@@ -23,7 +23,6 @@ import numpy as np
 
 from vecsample import errors
 from vecsample._wire.protocol import Command
-from vecsample.config import EnvMaker, SamplerConfig
 
 #: The first bytes of every log.
 MAGIC = b"VSREPLAY"
@@ -36,7 +35,7 @@ IDENTITY = ("num_envs", "num_workers", "env_digest", "autoreset_mode", "seed", "
 
 PathArg = str | os.PathLike[str]
 #: " at 0x7f...": the address in a default repr, different in every process.
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 class Tag(IntEnum):
@@ -56,24 +55,6 @@ _FIELDS = {Tag.SEND: 1, Tag.SEND_ALL: 0, Tag.RECV: 1, Tag.RECV_ERROR: 3, Tag.RES
            Tag.COMMAND: 2, Tag.RESTART: 2}
 
 
-def header(config: SamplerConfig) -> dict[str, Any]:
-    """What identifies a run: the sampler's layout, its envs, its seed, the format."""
-    names = [_describe(fn) for fn in config.env_fns]
-    return {
-        "version": VERSION, "num_envs": config.num_envs, "num_workers": config.num_workers,
-        "env": names[0], "env_digest": digest("\n".join(names)),
-        "autoreset_mode": config.autoreset_mode.value, "seed": config.seed,
-        "restart": config.restart, "infos": config.infos,
-    }
-
-
-def _describe(fn: object) -> str:
-    """A factory as text that is the same in every run (no memory addresses)."""
-    if isinstance(fn, EnvMaker):
-        return f"{fn.env_id} {sorted(fn.kwargs.items())!r}"
-    return _ADDRESS.sub("", repr(fn))
-
-
 def digest(value: object) -> bytes | None:
     """8 bytes that tell two values apart (None stays None): of a numpy array's bytes, else of
     its repr without memory addresses (which differ from run to run)."""
@@ -82,7 +63,7 @@ def digest(value: object) -> bytes | None:
     if isinstance(value, np.ndarray):
         data = value.dtype.str.encode() + repr(value.shape).encode() + value.tobytes()
     else:
-        data = _ADDRESS.sub("", repr(value)).encode()
+        data = ADDRESS.sub("", repr(value)).encode()
     return hashlib.blake2b(data, digest_size=8).digest()
 
 
@@ -223,5 +204,5 @@ def describe(record: list[Any] | None, end: str = "") -> str:
     return f"a restart of worker {fields[0]} ({fields[1]})"
 
 
-__all__ = ["MAGIC", "VERSION", "LogReader", "LogWriter", "Tag", "describe", "digest", "header",
+__all__ = ["MAGIC", "VERSION", "LogReader", "LogWriter", "Tag", "describe", "digest",
            "seed_field"]

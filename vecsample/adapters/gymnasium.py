@@ -536,16 +536,8 @@ def _recv_step(sampler: VecSampler, timeout: float | None) -> list[StepResult]:
     try:
         return sampler.step_recv(None, deadline=timeout)
     except errors.WorkerError as exc:
-        failures = [exc]
-    while True:  # each round receives at least one worker, or finds none left
-        try:
-            sampler.step_recv(None, deadline=timeout)
-        except errors.WorkerError as exc:
-            failures.append(exc)
-            continue
-        except (errors.NoPendingError, errors.DeadlineExceededError):
-            pass
-        raise _reported(failures) from failures[-1].__cause__
+        failures = [exc, *exc.others]  # every worker lost in the wait, each read once
+    raise _reported(failures) from failures[-1].__cause__
 
 
 def _reported(failures: list[errors.WorkerError]) -> errors.WorkerError:
