@@ -125,6 +125,7 @@ CORE_PACKAGES = ("_parent", "_worker", "_wire", "adapters")
 BANNED = {
     "_worker": ("vecsample._parent",),
     "_wire": ("vecsample._parent", "vecsample._worker"),
+    "_parent": ("vecsample._worker",),  # but PROCESS_ENTRY, the target of the processes
 }
 
 
@@ -141,6 +142,111 @@ def banned_imports(source: str, filename: str, banned: tuple[str, ...]) -> list[
     shown = [(line, name) for line, name in hits
              if not any(line == at and name.startswith(other + ".") for at, other in hits)]
     return [f"{filename}:{line} imports {name}" for line, name in shown]
+
+
+#: The longest chain of run-time imports a core module may start (issue 23: it was 15).
+MAX_CHAIN = 7
+#: The one import from the parent's code into the worker's: the pool names the worker's entry
+#: point as the target of the processes it starts; it never calls worker code. A chain is the
+#: code of one process, so it ends there; any other _parent -> _worker import is banned.
+PROCESS_ENTRY = ("vecsample._parent.pool", "vecsample._worker.main")
+#: Where an import cycle may stay (the pytorch-maml-rl drop-in's modules name each other).
+CYCLES_ALLOWED = ("vecsample.maml",)
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of every node under ``if TYPE_CHECKING:``: read by mypy, never run."""
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            hidden.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return hidden
+
+
+def module_name(path: Path) -> str:
+    name = path.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+    return name.removesuffix(".__init__")
+
+
+def module_imports(source: str, me: str, package: str, modules: set[str],
+                   runtime: bool) -> set[str]:
+    """The modules of ``modules`` that module ``me`` (in ``package``) imports; with ``runtime``
+    only those run (not under TYPE_CHECKING; imports inside functions count, they run when
+    called). ``from pkg import mod`` names the module ``pkg.mod``, not the package."""
+    tree = ast.parse(source, me)
+    hidden = _type_checking_only(tree) if runtime else set()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in hidden or not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+            continue
+        base = _absolute(node, package)
+        subs = {f"{base}.{alias.name}" for alias in node.names} & modules
+        found |= subs | ({base} if len(subs) < len(node.names) else set())
+    return (found & modules) - {me}
+
+
+def import_graph(paths: list[Path], runtime: bool) -> dict[str, set[str]]:
+    """Each module of ``paths`` -> the modules of ``paths`` it imports."""
+    modules = {module_name(p) for p in paths}
+    graph = {}
+    for p in paths:
+        me = module_name(p)
+        package = me if p.name == "__init__.py" else me.rpartition(".")[0]
+        graph[me] = module_imports(p.read_text(), me, package, modules, runtime)
+    return graph
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest path of imports in an acyclic ``graph`` (module names, first to last)."""
+    memo: dict[str, list[str]] = {}
+
+    def from_(m: str) -> list[str]:
+        if m not in memo:
+            memo[m] = [m, *max((from_(d) for d in graph[m]), key=len, default=[])]
+        return memo[m]
+
+    return max((from_(m) for m in graph), key=len, default=[])
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each strongly connected group of two or more modules (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if d not in index:
+                visit(d)
+                low[m] = min(low[m], low[d])
+            elif d in stack:
+                low[m] = min(low[m], index[d])
+        if low[m] == index[m]:
+            group = []
+            while not group or group[-1] != m:
+                group.append(stack.pop())
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return groups
+
+
+def core_chain_graph() -> dict[str, set[str]]:
+    """The core's run-time imports, package facades (``__init__``) left out, and the pool's
+    naming of the worker's entry point cut (each chain is one process's code)."""
+    paths = [p for p in core_modules() if p.name != "__init__.py"]
+    graph = import_graph(paths, runtime=True)
+    graph[PROCESS_ENTRY[0]].discard(PROCESS_ENTRY[1])
+    return graph
 
 
 def loaded_after(statement: str) -> list[str]:
@@ -184,7 +290,36 @@ def test_files_are_grouped_by_the_process_they_run_in():
         assert len(modules) > 1, f"vecsample/{package} holds {modules}"
         offenders += [o for path in modules
                       for o in banned_imports(path.read_text(), _relative(path), banned)]
+    entry = f"vecsample/_parent/pool.py:{_line_of(PROCESS_ENTRY)} imports {PROCESS_ENTRY[1]}"
+    assert entry in offenders, f"the pool no longer names {PROCESS_ENTRY[1]}: update the test"
+    offenders.remove(entry)
     assert not offenders, "imports across the process line:\n" + "\n".join(offenders)
+
+
+def _line_of(edge: tuple[str, str]) -> int:
+    """The line of the import ``edge[0]`` -> ``edge[1]``."""
+    path = ROOT / (edge[0].replace(".", "/") + ".py")
+    return next(line for line, name in imported_names(path.read_text(), str(path))
+                if name == edge[1])
+
+
+def test_the_longest_core_import_chain_is_short():
+    """No core module starts a chain of run-time imports longer than MAX_CHAIN: the sampler
+    builds its parts and hands them to each other, so they import no one another at run time
+    (their type names sit under TYPE_CHECKING)."""
+    graph = core_chain_graph()
+    assert "vecsample.sampler" in graph and "vecsample._parent.restart" in graph
+    chain = longest_chain(graph)
+    assert len(chain) <= MAX_CHAIN, f"{len(chain)} modules: " + " -> ".join(chain)
+
+
+def test_no_import_cycle_outside_maml():
+    """Over the whole package, type-checking imports included."""
+    graph = import_graph(sorted(PACKAGE.rglob("*.py")), runtime=False)
+    assert len(graph) > 60, sorted(graph)
+    found = [group for group in cycles(graph)
+             if not all(m.startswith(CYCLES_ALLOWED) for m in group)]
+    assert not found, f"import cycles: {found}"
 
 
 def test_hosted_imports_nothing_from_the_worker():
@@ -271,6 +406,30 @@ def test_forbidden_imports_finds_every_kind_of_import():
     # Allowed: registering the task envs by name, other core modules, look-alike names.
     allowed = 'importlib.import_module("vecsample.envs")\nimport vecsample.trainer, vecsample.rays'
     assert forbidden_imports(allowed, "ok.py") == []
+
+
+def test_the_graph_checks_can_fail():
+    graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert longest_chain(graph) == ["d", "a", "b", "c"]
+    assert cycles(graph) == []
+    assert cycles({**graph, "c": {"d"}}) == [["a", "b", "c", "d"]]
+
+
+def test_module_imports_skips_type_checking_only_at_run_time():
+    source = textwrap.dedent("""
+        from typing import TYPE_CHECKING
+        from vecsample import errors, something
+        from . import late
+        if TYPE_CHECKING:
+            from vecsample.pool import Pool
+        def later():
+            import vecsample.late
+    """)
+    modules = {"vecsample", "vecsample.errors", "vecsample.pool", "vecsample.late"}
+    found = module_imports(source, "vecsample.x", "vecsample", modules, runtime=True)
+    assert found == {"vecsample", "vecsample.errors", "vecsample.late"}
+    typed = module_imports(source, "vecsample.x", "vecsample", modules, runtime=False)
+    assert typed == found | {"vecsample.pool"}
 
 
 def test_loaded_after_sees_a_forbidden_module():

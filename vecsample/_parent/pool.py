@@ -38,8 +38,8 @@ from vecsample._wire.protocol import (
     WorkerStates,
 )
 from vecsample._wire.shm import SharedBuffers
+from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.main import worker_main
-from vecsample._worker.step_loop import WorkerSpec
 from vecsample.config import Deadline, SamplerConfig
 from vecsample.results import StepResult
 

@@ -22,8 +22,8 @@ import numpy as np
 from vecsample._wire.protocol import AutoresetMode, Command, InfoRecord, ResetReply, Space
 from vecsample._wire.shm import Views
 from vecsample._wire.spaces import unflatten
+from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.rows import obs_writer
-from vecsample._worker.step_loop import WorkerSpec
 from vecsample.errors import EnvOutputError, HostedEnvError
 from vecsample.hosted import HostedSlot, attr_setter, env_name, missing, task_setter
 

@@ -35,10 +35,11 @@ from vecsample._wire.protocol import (
     Reply,
 )
 from vecsample._wire.shm import Lane, Views
+from vecsample._wire.spec import WorkerSpec
 from vecsample._worker import rows
 from vecsample._worker.env_block import EnvBlock
 from vecsample._worker.hosted_block import HostedBlock
-from vecsample._worker.step_loop import Cursor, StepLoop, WorkerSpec
+from vecsample._worker.step_loop import Cursor, StepLoop
 from vecsample.errors import EnvFactoryError
 from vecsample.hosted import is_hosted
 

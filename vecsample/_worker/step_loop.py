@@ -1,5 +1,5 @@
-"""What a worker is given (``WorkerSpec``) and what it steps: a ``StepLoop``, chosen once when
-the worker is built.
+"""What a worker steps: a ``StepLoop``, chosen once when the worker is built from its
+``WorkerSpec`` (``_wire/spec.py``).
 
 Two blocks stand behind it: the env block (``env_block.py``: the worker's gymnasium envs,
 stepped one after another by one inlined loop per autoreset mode) and the hosted block
@@ -11,40 +11,12 @@ and writes its rows of shared memory. The worker's command table is the block's 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from vecsample._wire.protocol import AutoresetMode, EnvFn, InfoRecord, ResetReply
-from vecsample._wire.shm import SharedBuffers
-
-
-@dataclass
-class WorkerSpec:
-    """Everything a worker needs, pickled once when the process starts."""
-
-    index: int
-    env_fns: Sequence[EnvFn]
-    env_offset: int
-    buffers: SharedBuffers
-    autoreset_mode: AutoresetMode
-    infos: bool
-    threads: int | None
-    cpu_affinity: list[int] | None
-    parent_pid: int
-    #: Whether to ask the kernel for SIGKILL when the creating thread exits (see pool.py).
-    pdeathsig: bool = True
-    # Under fork the child inherits the parent's ends of the other workers' pipes; it closes
-    # them so a worker sees EOF as soon as the parent is gone.
-    inherited_conns: list[Connection] = field(default_factory=list)
-    #: Seconds to poll for the next step or command before sleeping (handshake.WorkerSide).
-    spin_s: float = 0.0
-    #: The write end of the parent's doorbell pipe (handshake.py); None only in unit tests.
-    ring_writer: Connection | None = None
-    #: handshake.ORDERED as the parent saw it (tests force the unordered protocol through it).
-    ordered: bool = True
+from vecsample._wire.protocol import InfoRecord, ResetReply
 
 
 @dataclass

@@ -23,8 +23,8 @@ import numpy as np
 
 from vecsample._wire.protocol import AutoresetMode
 from vecsample._wire.shm import SharedBuffers
+from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.main import local_step
-from vecsample._worker.step_loop import WorkerSpec
 from vecsample.tools.bench_backends import bare_steps
 from vecsample.tools.policies import ActionTable
 
