@@ -1,0 +1,203 @@
+"""The batch-native MuJoCo envs (vecsample/envs/mujoco_batch) against gymnasium's own envs.
+
+The equality tests step a batch env and gymnasium's ``SyncVectorEnv`` of ``gymnasium.make(id)``
+envs side by side, with the same seeds and actions, and require the same observations, rewards,
+terminations, truncations and infos (keys, masks, dtypes and values) bit for bit at every step,
+over several episodes: short time limits make every env truncate and autoreset a few times, and
+the envs that can fall (Hopper, Walker2d, Ant, Humanoid) terminate too.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vecsample.envs  # registers the batch ids
+from vecsample.envs.mujoco_batch.errors import (
+    BatchActionError,
+    EndedEnvError,
+    RefusedKeywordError,
+    UnknownKeywordError,
+)
+
+pytest.importorskip("mujoco")
+
+Mode = gym.vector.AutoresetMode
+N = 3
+
+
+@pytest.fixture
+def make_pair() -> Iterator[Callable[..., tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]]]:
+    """``make_pair(batch_id, gym_id, mode, **kwargs)``: our batch env and gymnasium's
+    ``SyncVectorEnv`` of the same envs, both closed at teardown."""
+    made: list[gym.vector.VectorEnv] = []
+
+    def make(batch_id: str, gym_id: str, mode: Mode = Mode.SAME_STEP, num_envs: int = N,
+             **kwargs: Any) -> tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]:
+        ours = gym.make_vec(batch_id, num_envs, vectorization_mode="vector_entry_point",
+                            autoreset_mode=mode, **kwargs)
+        made.append(ours)
+        theirs = gym.vector.SyncVectorEnv([functools.partial(gym.make, gym_id, **kwargs)]
+                                          * num_envs, autoreset_mode=mode)
+        made.append(theirs)
+        return ours, theirs
+
+    yield make
+    for env in made:
+        env.close()
+
+
+# --- the comparison ------------------------------------------------------------------------------
+
+
+def assert_same(got: Any, expected: Any, where: str) -> None:
+    """Equal to the bit, dtypes included; infos recursively (keys, masks, object arrays)."""
+    if isinstance(expected, dict):
+        assert isinstance(got, dict) and sorted(got) == sorted(expected), (
+            f"{where}: keys {sorted(got)} != {sorted(expected)}")
+        for key in expected:
+            assert_same(got[key], expected[key], f"{where}[{key!r}]")
+    elif isinstance(expected, tuple):
+        assert isinstance(got, tuple) and len(got) == len(expected), where
+        for k, (a, b) in enumerate(zip(got, expected, strict=True)):
+            assert_same(a, b, f"{where}[{k}]")
+    elif isinstance(expected, np.ndarray) and expected.dtype == object:
+        assert got.dtype == object and got.shape == expected.shape, where
+        for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+            assert (a is None) == (b is None), f"{where}[{i}]"
+            if b is not None:
+                assert_same(a, b, f"{where}[{i}]")
+    else:
+        got, expected = np.asarray(got), np.asarray(expected)
+        assert got.dtype == expected.dtype, f"{where}: dtype {got.dtype} != {expected.dtype}"
+        np.testing.assert_array_equal(got, expected, err_msg=where, strict=True)
+
+
+def step_side_by_side(ours: gym.vector.VectorEnv, theirs: gym.vector.VectorEnv, steps: int,
+                      seed: int) -> int:
+    """Resets both with ``seed`` and steps both ``steps`` times with the same random actions
+    (re-seeding every env mid-way with a list of seeds); the number of episode ends seen."""
+    assert_same(ours.reset(seed=seed), theirs.reset(seed=seed), "reset")
+    space = theirs.action_space
+    space.seed(seed)
+    ends = 0
+    for t in range(steps):
+        if t == steps // 2:
+            seeds = [seed * 100 + i for i in range(ours.num_envs)]
+            assert_same(ours.reset(seed=seeds), theirs.reset(seed=seeds), f"reset at {t}")
+        action = space.sample()
+        got, expected = ours.step(action), theirs.step(action)
+        assert_same(got, expected, f"step {t}")
+        ends += int(np.sum(expected[2] | expected[3]))
+    return ends
+
+
+# --- every env, default and non-default keywords -------------------------------------------------
+
+CASES = [
+    ("HalfCheetahBatch-v5", "HalfCheetah-v5", {}),
+    ("HalfCheetahBatch-v5", "HalfCheetah-v5", {
+        "forward_reward_weight": 0.7, "ctrl_cost_weight": 0.3, "reset_noise_scale": 0.3,
+        "exclude_current_positions_from_observation": False, "frame_skip": 3}),
+    ("HopperBatch-v5", "Hopper-v5", {}),
+    ("HopperBatch-v5", "Hopper-v5", {
+        "healthy_reward": 2, "healthy_z_range": (0.9, 1.5), "healthy_angle_range": (-0.1, 0.1),
+        "healthy_state_range": (-5.0, 5.0), "ctrl_cost_weight": 0.01, "reset_noise_scale": 0.05,
+        "exclude_current_positions_from_observation": False}),
+    ("Walker2dBatch-v5", "Walker2d-v5", {}),
+    ("Walker2dBatch-v5", "Walker2d-v5", {
+        "terminate_when_unhealthy": False, "healthy_z_range": (1.0, 1.5),
+        "forward_reward_weight": 2.0, "reset_noise_scale": 0.02}),
+    ("AntBatch-v5", "Ant-v5", {}),
+    ("AntBatch-v5", "Ant-v5", {
+        "include_cfrc_ext_in_observation": False, "main_body": "torso",
+        "contact_force_range": (-0.5, 0.5), "contact_cost_weight": 1e-2,
+        "healthy_z_range": (0.4, 0.9), "ctrl_cost_weight": 0.1, "healthy_reward": 0.5,
+        "exclude_current_positions_from_observation": False}),
+    ("HumanoidBatch-v5", "Humanoid-v5", {}),
+    ("HumanoidBatch-v5", "Humanoid-v5", {
+        "include_cinert_in_observation": False, "include_cvel_in_observation": False,
+        "include_qfrc_actuator_in_observation": False, "contact_cost_range": (-np.inf, 1e-3),
+        "contact_cost_weight": 1e-5, "healthy_z_range": (1.1, 1.9), "reset_noise_scale": 0.1,
+        "exclude_current_positions_from_observation": False}),
+]
+
+
+@pytest.mark.parametrize(("batch_id", "gym_id", "kwargs"), CASES,
+                         ids=[f"{c[1]}-{'custom' if c[2] else 'default'}" for c in CASES])
+@pytest.mark.parametrize("mode", [Mode.SAME_STEP, Mode.NEXT_STEP], ids=lambda m: m.value)
+def test_the_batch_env_equals_gymnasiums_envs_step_by_step(make_pair, batch_id, gym_id,
+                                                           kwargs, mode):
+    ours, theirs = make_pair(batch_id, gym_id, mode, max_episode_steps=12, **kwargs)
+    ends = step_side_by_side(ours, theirs, steps=40, seed=7)
+    assert ends >= 2 * N  # every env ended (and autoreset) at least twice
+
+
+def test_other_seeds_and_a_longer_limit_stay_equal(make_pair):
+    ours, theirs = make_pair("HalfCheetahBatch-v5", "HalfCheetah-v5", num_envs=2,
+                             max_episode_steps=30)
+    for seed in (0, 123):
+        assert step_side_by_side(ours, theirs, steps=70, seed=seed) >= 2
+
+
+def test_disabled_autoreset_steps_until_reset_with_a_mask(make_pair):
+    ours, theirs = make_pair("HopperBatch-v5", "Hopper-v5", Mode.DISABLED, max_episode_steps=5)
+    assert_same(ours.reset(seed=1), theirs.reset(seed=1), "reset")
+    action = np.zeros((N, 3), dtype=np.float32)
+    for t in range(5):
+        assert_same(ours.step(action), theirs.step(action), f"step {t}")
+    with pytest.raises(EndedEnvError, match=r"envs \[0, 1, 2\] ended"):
+        ours.step(action)
+    mask = np.array([True, False, True])
+    assert_same(ours.reset(options={"reset_mask": mask}),
+                theirs.reset(options={"reset_mask": mask.copy()}), "masked reset")
+    with pytest.raises(EndedEnvError, match=r"envs \[1\] ended"):
+        ours.step(action)
+
+
+def test_the_comparison_sees_a_one_ulp_difference():
+    a = np.array([1.0, 2.0])
+    with pytest.raises(AssertionError):
+        assert_same(a, np.nextafter(a, 3.0), "obs")
+    with pytest.raises(AssertionError, match="dtype"):
+        assert_same(a.astype(np.float32), a, "obs")
+    with pytest.raises(AssertionError, match="keys"):
+        assert_same({"x": a, "_x": a > 0}, {"x": a}, "infos")
+
+
+# --- the spaces, the keywords, the errors --------------------------------------------------------
+
+
+def test_the_spaces_are_gymnasiums(make_pair):
+    for gym_id, batch_id in vecsample.envs.BATCH_IDS.items():
+        ours, theirs = make_pair(batch_id, gym_id)
+        assert ours.single_observation_space == theirs.single_observation_space, batch_id
+        assert ours.single_action_space == theirs.single_action_space, batch_id
+        assert ours.metadata["autoreset_mode"] is Mode.SAME_STEP
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_the_accepted_ones():
+    with pytest.raises(UnknownKeywordError, match=r"'use_contact_forces'.*expected one of") as e:
+        gym.make_vec("AntBatch-v5", 2, use_contact_forces=True)
+    assert isinstance(e.value, TypeError)
+
+
+def test_rendering_is_refused_with_the_way_to_render():
+    with pytest.raises(RefusedKeywordError, match=r"render_mode='rgb_array'.*gymnasium\.make"):
+        gym.make_vec("HalfCheetahBatch-v5", 2, render_mode="rgb_array")
+    gym.make_vec("HalfCheetahBatch-v5", 2, render_mode=None).close()
+
+
+def test_actions_of_the_wrong_shape_are_refused():
+    env = gym.make_vec("HalfCheetahBatch-v5", 2)
+    try:
+        env.reset(seed=0)
+        with pytest.raises(BatchActionError, match=r"shape \(2, 6\).*got \(6,\)"):
+            env.step(np.zeros(6, dtype=np.float32))
+    finally:
+        env.close()
