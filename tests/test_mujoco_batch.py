@@ -22,6 +22,7 @@ from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
     EndedEnvError,
     RefusedKeywordError,
+    TaskCountError,
     UnknownKeywordError,
 )
 
@@ -201,3 +202,62 @@ def test_actions_of_the_wrong_shape_are_refused():
             env.step(np.zeros(6, dtype=np.float32))
     finally:
         env.close()
+
+
+# --- the task envs: one task per env, equal to vecsample's single task envs ---------------------
+
+TASK_IDS = ["HalfCheetahVel-v5", "HalfCheetahDir-v5", "AntVel-v5", "AntDir-v5", "AntPos-v5"]
+
+
+def sampled_tasks(gym_id: str, count: int, seed: int) -> list[dict[str, Any]]:
+    env = gym.make(gym_id)
+    try:
+        env.reset(seed=seed)
+        return env.unwrapped.sample_tasks(count)  # type: ignore[attr-defined,no-any-return]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("gym_id", TASK_IDS)
+@pytest.mark.parametrize("mode", [Mode.SAME_STEP, Mode.NEXT_STEP], ids=lambda m: m.value)
+def test_a_task_batch_env_equals_the_single_task_envs_with_the_same_tasks(make_pair, gym_id,
+                                                                          mode):
+    batch_id = vecsample.envs.BATCH_IDS[gym_id]
+    ours, theirs = make_pair(batch_id, gym_id, mode, max_episode_steps=12,
+                             normalization_scale=10.0, reset_noise_scale=0.2)
+    tasks = sampled_tasks(gym_id, N, seed=4)
+    ours.unwrapped.reset_task(tasks)  # type: ignore[attr-defined]
+    for env, task in zip(theirs.envs, tasks, strict=True):
+        env.unwrapped.reset_task(task)  # type: ignore[attr-defined]
+    assert step_side_by_side(ours, theirs, steps=30, seed=2) >= N
+    assert ours.single_action_space == theirs.single_action_space
+    assert ours.single_observation_space == theirs.single_observation_space
+
+
+def test_a_task_batch_env_samples_tasks_as_its_first_single_env_does():
+    ours = gym.make_vec("AntPosBatch-v5", 2, low=-1.0, high=1.0)
+    theirs = gym.make("AntPos-v5", low=-1.0, high=1.0)
+    try:
+        ours.reset(seed=8)
+        theirs.reset(seed=8)
+        got = ours.unwrapped.sample_tasks(4)  # type: ignore[attr-defined]
+        expected = theirs.unwrapped.sample_tasks(4)  # type: ignore[attr-defined]
+        np.testing.assert_array_equal([t["position"] for t in got],
+                                      [t["position"] for t in expected])
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_reset_task_needs_one_task_per_env():
+    env = gym.make_vec("HalfCheetahDirBatch-v5", 3)
+    try:
+        with pytest.raises(TaskCountError, match=r"one task per env \(3\), got 2"):
+            env.unwrapped.reset_task([{"direction": 1}] * 2)  # type: ignore[attr-defined]
+    finally:
+        env.close()
+
+
+def test_a_reward_keyword_that_the_task_env_ignores_is_refused():
+    with pytest.raises(UnknownKeywordError, match="'ctrl_cost_weight'"):
+        gym.make_vec("HalfCheetahVelBatch-v5", 2, ctrl_cost_weight=0.5)

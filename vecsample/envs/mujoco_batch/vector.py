@@ -59,6 +59,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
     QVEL_NOISE: ClassVar[str] = "uniform"
     #: Whether the env reads ``cfrc_ext`` (gymnasium runs ``mj_rnePostConstraint`` per step).
     POST_CONSTRAINT: ClassVar[bool] = False
+    #: The observations' dtype (gymnasium's v5 envs: float64).
+    OBS_DTYPE: ClassVar[type[np.floating[Any]]] = np.float64
     supports_reset_mask = True  # reset(options={"reset_mask": m}) resets only those rows
 
     def __init__(self, num_envs: int = 1, *, max_episode_steps: int | None = None,
@@ -97,7 +99,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
 
     def _evaluate(self, actions: NDArray[Any], before: Any) -> tuple[
             NDArray[Any], NDArray[np.bool_], Columns]:
-        """Every env's reward, termination and step info columns, after the physics step."""
+        """Every env's reward, termination and step info columns, after the physics step
+        (``actions``: the controls that ``_controls`` gave)."""
         raise NotImplementedError
 
     def _reset_info(self) -> Columns:
@@ -132,8 +135,9 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             self._ended)
         rows = np.flatnonzero(~resetting)
         before = self._before()
-        self.physics.step(self._controls(actions), rows)
-        rewards, terminated, columns = self._evaluate(actions, before)
+        controls = self._controls(actions)
+        self.physics.step(controls, rows)
+        rewards, terminated, columns = self._evaluate(controls, before)
         rewards = np.asarray(rewards, dtype=np.float64)
         self._elapsed[rows] += 1
         truncated = self._truncated()
@@ -192,12 +196,16 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
                                           accepted=[*self.DEFAULTS, *RENDERING])
         return {**self.DEFAULTS, **{k: v for k, v in kwargs.items() if k not in RENDERING}}
 
-    def _define_spaces(self) -> None:
+    def _control_space(self) -> gym.spaces.Box:
+        """The v5 env's action space: the actuators' control ranges (``MujocoEnv``'s)."""
         bounds = self.physics.model.actuator_ctrlrange.copy().astype(np.float32)
-        self.single_action_space = gym.spaces.Box(bounds[:, 0], bounds[:, 1], dtype=np.float32)
+        return gym.spaces.Box(bounds[:, 0], bounds[:, 1], dtype=np.float32)
+
+    def _define_spaces(self) -> None:
+        self.single_action_space = self._control_space()
         size = self._observe().shape[1]
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,),
-                                                       dtype=np.float64)
+                                                       dtype=self.OBS_DTYPE)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space,
                                                          self.num_envs)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space,
