@@ -16,8 +16,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import kill_and_wait
 
 import vecsample.envs  # registers the batch ids
+from vecsample import HostedVector, VecSampler
 from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
     EndedEnvError,
@@ -25,6 +27,7 @@ from vecsample.envs.mujoco_batch.errors import (
     TaskCountError,
     UnknownKeywordError,
 )
+from vecsample.seeding import env_seeds, restart_seed
 
 pytest.importorskip("mujoco")
 
@@ -261,3 +264,126 @@ def test_reset_task_needs_one_task_per_env():
 def test_a_reward_keyword_that_the_task_env_ignores_is_refused():
     with pytest.raises(UnknownKeywordError, match="'ctrl_cost_weight'"):
         gym.make_vec("HalfCheetahVelBatch-v5", 2, ctrl_cost_weight=0.5)
+
+
+# --- hosted in workers: VecSampler(HostedVector(batch id)) ---------------------------------------
+
+HN, HW = 6, 2  # envs and workers of the hosted tests
+HB = HN // HW
+
+
+def sampler_trajectory(sampler: VecSampler, steps: int, seed: int = 0) -> list[tuple[Any, ...]]:
+    """Everything a sampler returns over ``steps`` full steps of fixed random actions."""
+    obs, reset_infos = sampler.reset(seed=seed)
+    out: list[tuple[Any, ...]] = [(obs.copy(), reset_infos)]
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        actions = rng.uniform(-1, 1, (sampler.num_envs, 6)).astype(np.float32)
+        r = sampler.step(actions, copy=True)
+        final = np.where(r.has_final_obs[:, None], r.final_obs, 0.0)
+        out.append((r.obs, r.rewards, r.terminated, r.truncated, final, r.infos, r.reset_infos))
+    return out
+
+
+def assert_same_trajectory(got: list[tuple[Any, ...]], expected: list[tuple[Any, ...]]) -> None:
+    for k, (a, b) in enumerate(zip(got, expected, strict=True)):
+        for x, y in zip(a, b, strict=True):
+            if isinstance(y, np.ndarray):
+                np.testing.assert_array_equal(x, y, err_msg=f"step {k}", strict=True)
+            else:
+                assert x == y, f"step {k}"
+
+
+@pytest.mark.parametrize("mode", ["SameStep", "NextStep"])
+def test_hosted_in_workers_it_samples_what_vecsample_samples_from_gymnasiums_envs(
+        make_sampler, mode):
+    limit = {"max_episode_steps": 9}
+    bare = make_sampler("HalfCheetah-v5", num_envs=HN, num_workers=HW, env_kwargs=limit,
+                        autoreset_mode=mode)
+    hosted = make_sampler(HostedVector("HalfCheetahBatch-v5", kwargs={**limit,
+                                       "autoreset_mode": mode}),
+                          num_envs=HN, num_workers=HW, autoreset_mode=mode)
+    expected = sampler_trajectory(bare, 25)
+    assert_same_trajectory(sampler_trajectory(hosted, 25), expected)
+    assert sum(bool(t[3].any()) for t in expected[1:]) >= 2  # autoresets were compared
+
+
+def test_hosted_task_envs_take_one_task_per_env_through_the_sampler(make_sampler):
+    tasks = sampled_tasks("HalfCheetahVel-v5", HN, seed=1)
+    kwargs = {"max_episode_steps": 9, "normalization_scale": 10.0}
+    bare = make_sampler("HalfCheetahVel-v5", num_envs=HN, num_workers=HW, env_kwargs=kwargs)
+    hosted = make_sampler(HostedVector("HalfCheetahVelBatch-v5", kwargs=kwargs), num_envs=HN,
+                          num_workers=HW)
+    for sampler in (bare, hosted):
+        sampler.reset_task(tasks)
+    expected = sampler_trajectory(bare, 20, seed=3)
+    got = sampler_trajectory(hosted, 20, seed=3)
+    for k, (a, b) in enumerate(zip(got, expected, strict=True)):
+        np.testing.assert_array_equal(a[0], b[0], err_msg=f"obs at {k}", strict=True)
+        if k:
+            np.testing.assert_array_equal(a[1], b[1], err_msg=f"rewards at {k}", strict=True)
+            velocities = [a[5][i]["task"]["velocity"] for i in range(HN)]
+            assert velocities == [t["velocity"] for t in tasks]
+
+
+def test_partial_batches_of_hosted_batch_envs_lose_and_repeat_nothing(make_sampler):
+    def run(partial: bool) -> list[list[np.ndarray]]:
+        sampler = make_sampler(HostedVector("HopperBatch-v5", kwargs={"max_episode_steps": 7}),
+                               num_envs=HN, num_workers=HW, seed=5)
+        sampler.reset()
+        seen: list[list[np.ndarray]] = [[] for _ in range(HW)]
+        sent = [0] * HW
+        for w in range(HW):
+            sampler.step_send(w, np.full((HB, 3), 0.1 * (w + 1), dtype=np.float32))
+        while min(len(s) for s in seen) < 15:
+            for r in sampler.step_recv(timeout=0.0 if partial else None, copy=True):
+                seen[r.worker].append(r.obs)
+                sent[r.worker] += 1
+                sampler.step_send(r.worker, np.full((HB, 3), 0.1 * (r.worker + 1) * (
+                    -1) ** sent[r.worker], dtype=np.float32))
+        sampler.step_recv(None)
+        return [s[:15] for s in seen]
+
+    for a, b in zip(run(partial=True), run(partial=False), strict=True):
+        np.testing.assert_array_equal(np.stack(a), np.stack(b))
+
+
+def test_a_killed_hosted_worker_restarts_with_its_envs_reseeded(make_sampler):
+    sampler = make_sampler(HostedVector("HalfCheetahBatch-v5"), num_envs=HN, num_workers=HW,
+                           restart=True, seed=11)
+    sampler.reset()
+    actions = np.full((HN, 6), 0.3, dtype=np.float32)
+    sampler.step(actions)
+    kill_and_wait(sampler.worker_pids()[1])
+    r = sampler.step(actions)
+    assert r.restarted.tolist() == r.truncated.tolist() == [False] * HB + [True] * HB
+    fresh = gym.make_vec("HalfCheetahBatch-v5", HB, vectorization_mode="vector_entry_point")
+    try:
+        seeds = [restart_seed(s, 1) for s in env_seeds(11, HN)[HB:]]
+        np.testing.assert_array_equal(r.obs[HB:], fresh.reset(seed=seeds)[0])
+    finally:
+        fresh.close()
+    r = sampler.step(actions)
+    assert not r.restarted.any() and np.isfinite(r.obs).all()
+
+
+def test_a_recorded_partial_run_of_hosted_batch_envs_replays_the_same(make_sampler, tmp_path):
+    log = tmp_path / "run.vsreplay"
+
+    def run(**kwargs: Any) -> list[bytes]:
+        sampler = make_sampler(HostedVector("HalfCheetahBatch-v5"), num_envs=HN,
+                               num_workers=HW, seed=2, **kwargs)
+        sampler.reset()
+        for w in range(HW):
+            sampler.step_send(w, np.zeros((HB, 6), dtype=np.float32))
+        out = []
+        for k in range(30):
+            for r in sampler.step_recv(timeout=0.0, copy=True):
+                out.append(bytes([r.worker]) + r.obs.tobytes())
+                sampler.step_send(r.worker, np.full((HB, 6), np.sin(k), dtype=np.float32))
+        sampler.step_recv(None)
+        sampler.close()
+        return out
+
+    recorded = run(record=log)
+    assert run(replay=log) == recorded
