@@ -10,6 +10,7 @@ the envs that can fall (Hopper, Walker2d, Ant, Humanoid) terminate too.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,14 +38,16 @@ N = 3
 
 @pytest.fixture
 def make_pair() -> Iterator[Callable[..., tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]]]:
-    """``make_pair(batch_id, gym_id, mode, **kwargs)``: our batch env and gymnasium's
-    ``SyncVectorEnv`` of the same envs, both closed at teardown."""
+    """``make_pair(batch_id, gym_id, mode, **kwargs)``: our batch env (its physics on one
+    thread unless ``num_threads`` says otherwise) and gymnasium's ``SyncVectorEnv`` of the same
+    envs, both closed at teardown."""
     made: list[gym.vector.VectorEnv] = []
 
     def make(batch_id: str, gym_id: str, mode: Mode = Mode.SAME_STEP, num_envs: int = N,
-             **kwargs: Any) -> tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]:
+             num_threads: int = 1, **kwargs: Any) -> tuple[gym.vector.VectorEnv,
+                                                            gym.vector.VectorEnv]:
         ours = gym.make_vec(batch_id, num_envs, vectorization_mode="vector_entry_point",
-                            autoreset_mode=mode, **kwargs)
+                            autoreset_mode=mode, num_threads=num_threads, **kwargs)
         made.append(ours)
         theirs = gym.vector.SyncVectorEnv([functools.partial(gym.make, gym_id, **kwargs)]
                                           * num_envs, autoreset_mode=mode)
@@ -142,11 +145,12 @@ def test_the_batch_env_equals_gymnasiums_envs_step_by_step(make_pair, batch_id, 
     assert ends >= 2 * N  # every env ended (and autoreset) at least twice
 
 
-def test_other_seeds_and_a_longer_limit_stay_equal(make_pair):
-    ours, theirs = make_pair("HalfCheetahBatch-v5", "HalfCheetah-v5", num_envs=2,
-                             max_episode_steps=30)
+@pytest.mark.parametrize("gym_id", ["HalfCheetah-v5", "Humanoid-v5"])
+def test_other_seeds_a_longer_limit_and_three_threads_stay_equal(make_pair, gym_id):
+    ours, theirs = make_pair(vecsample.envs.BATCH_IDS[gym_id], gym_id, num_envs=5,
+                             num_threads=3, max_episode_steps=30)
     for seed in (0, 123):
-        assert step_side_by_side(ours, theirs, steps=70, seed=seed) >= 2
+        assert step_side_by_side(ours, theirs, steps=70, seed=seed) >= 5
 
 
 def test_disabled_autoreset_steps_until_reset_with_a_mask(make_pair):
@@ -387,3 +391,20 @@ def test_a_recorded_partial_run_of_hosted_batch_envs_replays_the_same(make_sampl
 
     recorded = run(record=log)
     assert run(replay=log) == recorded
+
+
+def test_the_default_thread_count_is_the_cores_owned_capped_by_omp_num_threads(monkeypatch):
+    from vecsample.envs.mujoco_batch.physics import default_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert default_threads() == cores
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert default_threads() == 1
+    env = gym.make_vec("HalfCheetahBatch-v5", 4, num_threads=2)
+    try:
+        assert env.unwrapped.physics._threads == 2  # type: ignore[attr-defined]
+        env.reset(seed=0)
+        assert np.isfinite(env.step(np.zeros((4, 6), dtype=np.float32))[0]).all()
+    finally:
+        env.close()

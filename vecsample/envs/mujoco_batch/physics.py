@@ -62,11 +62,17 @@ class Field:
         return getattr(holder, self.name)
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask; ``os.cpu_count()`` off Linux)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+def default_threads() -> int:
+    """One thread per core this process may run on (its affinity mask; ``os.cpu_count()`` off
+    Linux), at most ``OMP_NUM_THREADS`` where that is set: a vecsample worker sets it to its
+    ``threads_per_worker`` (1 by default), so W unpinned workers on W cores do not each start a
+    thread per core of the machine (measured: two workers of two threads on two cores step
+    slower than of one).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    cap = os.environ.get("OMP_NUM_THREADS", "")
+    return min(cores, int(cap)) if cap.isdigit() and int(cap) > 0 else cores
 
 
 class Physics:
@@ -99,7 +105,7 @@ class Physics:
         self.fields = {f.key: np.zeros((num_envs, *np.shape(f.view(self.datas[0]))))
                        for f in self._specs}
         self._rows = [_RowViews(self, i) for i in range(num_envs)]
-        self._threads = max(1, min(num_threads or usable_cores(), num_envs))
+        self._threads = max(1, min(num_threads or default_threads(), num_envs))
         self._pool = ThreadPoolExecutor(self._threads - 1) if self._threads > 1 else None
         self._rollouts = [mj_rollout.Rollout(nthread=0) for _ in range(self._threads)]
         for i in range(num_envs):

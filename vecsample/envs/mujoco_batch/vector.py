@@ -49,7 +49,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         autoreset_mode: ``"SameStep"`` (default, as vecsample's samplers), ``"NextStep"``
             (gymnasium's vector default) or ``"Disabled"``; its ``metadata["autoreset_mode"]``.
         num_threads: threads stepping the physics; default: one per core this process may run
-            on (``os.sched_getaffinity``), at most one per env.
+            on (``os.sched_getaffinity``), capped by ``OMP_NUM_THREADS`` where set (a vecsample
+            worker sets it to ``threads_per_worker``), at most one per env.
         kwargs: the gymnasium v5 env's own keywords (``DEFAULTS``), with the same meaning.
     """
 
