@@ -141,6 +141,9 @@ def test_the_wheel_installs_the_vecsample_command(core_python: Path, tmp_path: P
 
 
 MUJOCO_SCRIPT = textwrap.dedent("""
+    import functools
+
+    import gymnasium as gym
     import mujoco
     import numpy as np
     import vecsample
@@ -155,6 +158,22 @@ MUJOCO_SCRIPT = textwrap.dedent("""
                     result = sampler.step(np.zeros((2, 6), dtype=np.float32))
                 assert np.isfinite(result.obs).all() and np.isfinite(result.rewards).all()
                 print("stepped", env_id, result.obs.shape)
+        # The batch-native envs equal gymnasium's on this major too (tests/test_mujoco_batch.py
+        # runs the full comparison on the suite's mujoco).
+        for batch_id, env_id in (("AntBatch-v5", "Ant-v5"),
+                                 ("HalfCheetahVelBatch-v5", "HalfCheetahVel-v5")):
+            ours = gym.make_vec(batch_id, 2, vectorization_mode="vector_entry_point",
+                                max_episode_steps=8)
+            theirs = gym.vector.SyncVectorEnv(
+                [functools.partial(gym.make, env_id, max_episode_steps=8)] * 2,
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+            same = np.array_equal(ours.reset(seed=3)[0], theirs.reset(seed=3)[0])
+            theirs.action_space.seed(0)
+            for _ in range(20):
+                action = theirs.action_space.sample()
+                a, b = ours.step(action), theirs.step(action)
+                same = same and all(np.array_equal(x, y) for x, y in zip(a[:4], b[:4]))
+            print("equal" if same else "different", batch_id)
 """)
 
 
@@ -164,3 +183,4 @@ def test_the_wheel_steps_mujoco_envs_on_mujoco_4(dist: Path, tmp_path: Path):
     assert "mujoco 4." in out, out
     assert "stepped HalfCheetah-v5 (2, 17)" in out, out
     assert "stepped HalfCheetahVel-v5 (2, 20)" in out, out
+    assert "equal AntBatch-v5" in out and "equal HalfCheetahVelBatch-v5" in out, out

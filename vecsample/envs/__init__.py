@@ -18,6 +18,10 @@ configs pass ``normalization_scale=10`` and ``max_episode_steps=100``, as pytorc
 Every env has ``sample_tasks(n)`` and ``reset_task(task)`` on ``env.unwrapped`` and puts the task
 in ``info["task"]`` at reset and at every step.
 
+``HalfCheetahBatch-v5``, ``AntBatch-v5``, ... (``BATCH_IDS``) are batch-native vector envs equal
+to gymnasium's v5 MuJoCo envs and to the task envs above (``vecsample.envs.mujoco_batch``,
+docs/mujoco_batch.md).
+
 ``MetaWorld-v3`` (``benchmark``, ``split``, ``env_name`` keyword arguments) is the Meta-World+
 ML1/ML10/ML25/ML45 benchmarks, in ``vecsample.envs.metaworld``; it needs the ``metaworld``
 extra, which only building it imports.
@@ -30,10 +34,12 @@ from gymnasium.envs.registration import register
 from vecsample.envs.bandit import BernoulliBanditEnv
 from vecsample.envs.base import Task, TaskEnv
 from vecsample.envs.mdp import TabularMDPEnv
+from vecsample.envs.mujoco_batch import BATCH_IDS, register_batch_envs
 from vecsample.envs.navigation import Navigation2DEnv
 from vecsample.envs.wrappers import NormalizedActionWrapper, make_mujoco_task_env
 
 __all__ = [
+    "BATCH_IDS",
     "METAWORLD_ENV_ID",
     "MUJOCO_TASK_ENVS",
     "TASK_ENV_IDS",
@@ -97,6 +103,8 @@ def _register_all() -> None:
         )
     # No TimeLimit: the env ends its own episodes (500 steps), with their success in the info.
     register(METAWORLD_ENV_ID, entry_point=f"{_HERE}.metaworld:MetaWorldTaskEnv")
+    # Batch-native MuJoCo envs (vecsample.envs.mujoco_batch), vector entry points only.
+    register_batch_envs()
 
 
 _register_all()

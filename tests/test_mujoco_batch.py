@@ -1,0 +1,410 @@
+"""The batch-native MuJoCo envs (vecsample/envs/mujoco_batch) against gymnasium's own envs.
+
+The equality tests step a batch env and gymnasium's ``SyncVectorEnv`` of ``gymnasium.make(id)``
+envs side by side, with the same seeds and actions, and require the same observations, rewards,
+terminations, truncations and infos (keys, masks, dtypes and values) bit for bit at every step,
+over several episodes: short time limits make every env truncate and autoreset a few times, and
+the envs that can fall (Hopper, Walker2d, Ant, Humanoid) terminate too.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from helpers import kill_and_wait
+
+import vecsample.envs  # registers the batch ids
+from vecsample import HostedVector, VecSampler
+from vecsample.envs.mujoco_batch.errors import (
+    BatchActionError,
+    EndedEnvError,
+    RefusedKeywordError,
+    TaskCountError,
+    UnknownKeywordError,
+)
+from vecsample.seeding import env_seeds, restart_seed
+
+pytest.importorskip("mujoco")
+
+Mode = gym.vector.AutoresetMode
+N = 3
+
+
+@pytest.fixture
+def make_pair() -> Iterator[Callable[..., tuple[gym.vector.VectorEnv, gym.vector.VectorEnv]]]:
+    """``make_pair(batch_id, gym_id, mode, **kwargs)``: our batch env (its physics on one
+    thread unless ``num_threads`` says otherwise) and gymnasium's ``SyncVectorEnv`` of the same
+    envs, both closed at teardown."""
+    made: list[gym.vector.VectorEnv] = []
+
+    def make(batch_id: str, gym_id: str, mode: Mode = Mode.SAME_STEP, num_envs: int = N,
+             num_threads: int = 1, **kwargs: Any) -> tuple[gym.vector.VectorEnv,
+                                                            gym.vector.VectorEnv]:
+        ours = gym.make_vec(batch_id, num_envs, vectorization_mode="vector_entry_point",
+                            autoreset_mode=mode, num_threads=num_threads, **kwargs)
+        made.append(ours)
+        theirs = gym.vector.SyncVectorEnv([functools.partial(gym.make, gym_id, **kwargs)]
+                                          * num_envs, autoreset_mode=mode)
+        made.append(theirs)
+        return ours, theirs
+
+    yield make
+    for env in made:
+        env.close()
+
+
+# --- the comparison ------------------------------------------------------------------------------
+
+
+def assert_same(got: Any, expected: Any, where: str) -> None:
+    """Equal to the bit, dtypes included; infos recursively (keys, masks, object arrays)."""
+    if isinstance(expected, dict):
+        assert isinstance(got, dict) and sorted(got) == sorted(expected), (
+            f"{where}: keys {sorted(got)} != {sorted(expected)}")
+        for key in expected:
+            assert_same(got[key], expected[key], f"{where}[{key!r}]")
+    elif isinstance(expected, tuple):
+        assert isinstance(got, tuple) and len(got) == len(expected), where
+        for k, (a, b) in enumerate(zip(got, expected, strict=True)):
+            assert_same(a, b, f"{where}[{k}]")
+    elif isinstance(expected, np.ndarray) and expected.dtype == object:
+        assert got.dtype == object and got.shape == expected.shape, where
+        for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+            assert (a is None) == (b is None), f"{where}[{i}]"
+            if b is not None:
+                assert_same(a, b, f"{where}[{i}]")
+    else:
+        got, expected = np.asarray(got), np.asarray(expected)
+        assert got.dtype == expected.dtype, f"{where}: dtype {got.dtype} != {expected.dtype}"
+        np.testing.assert_array_equal(got, expected, err_msg=where, strict=True)
+
+
+def step_side_by_side(ours: gym.vector.VectorEnv, theirs: gym.vector.VectorEnv, steps: int,
+                      seed: int) -> int:
+    """Resets both with ``seed`` and steps both ``steps`` times with the same random actions
+    (re-seeding every env mid-way with a list of seeds); the number of episode ends seen."""
+    assert_same(ours.reset(seed=seed), theirs.reset(seed=seed), "reset")
+    space = theirs.action_space
+    space.seed(seed)
+    ends = 0
+    for t in range(steps):
+        if t == steps // 2:
+            seeds = [seed * 100 + i for i in range(ours.num_envs)]
+            assert_same(ours.reset(seed=seeds), theirs.reset(seed=seeds), f"reset at {t}")
+        action = space.sample()
+        got, expected = ours.step(action), theirs.step(action)
+        assert_same(got, expected, f"step {t}")
+        ends += int(np.sum(expected[2] | expected[3]))
+    return ends
+
+
+# --- every env, default and non-default keywords -------------------------------------------------
+
+CASES = [
+    ("HalfCheetahBatch-v5", "HalfCheetah-v5", {}),
+    ("HalfCheetahBatch-v5", "HalfCheetah-v5", {
+        "forward_reward_weight": 0.7, "ctrl_cost_weight": 0.3, "reset_noise_scale": 0.3,
+        "exclude_current_positions_from_observation": False, "frame_skip": 3}),
+    ("HopperBatch-v5", "Hopper-v5", {}),
+    ("HopperBatch-v5", "Hopper-v5", {
+        "healthy_reward": 2, "healthy_z_range": (0.9, 1.5), "healthy_angle_range": (-0.1, 0.1),
+        "healthy_state_range": (-5.0, 5.0), "ctrl_cost_weight": 0.01, "reset_noise_scale": 0.05,
+        "exclude_current_positions_from_observation": False}),
+    ("Walker2dBatch-v5", "Walker2d-v5", {}),
+    ("Walker2dBatch-v5", "Walker2d-v5", {
+        "terminate_when_unhealthy": False, "healthy_z_range": (1.0, 1.5),
+        "forward_reward_weight": 2.0, "reset_noise_scale": 0.02}),
+    ("AntBatch-v5", "Ant-v5", {}),
+    ("AntBatch-v5", "Ant-v5", {
+        "include_cfrc_ext_in_observation": False, "main_body": "torso",
+        "contact_force_range": (-0.5, 0.5), "contact_cost_weight": 1e-2,
+        "healthy_z_range": (0.4, 0.9), "ctrl_cost_weight": 0.1, "healthy_reward": 0.5,
+        "exclude_current_positions_from_observation": False}),
+    ("HumanoidBatch-v5", "Humanoid-v5", {}),
+    ("HumanoidBatch-v5", "Humanoid-v5", {
+        "include_cinert_in_observation": False, "include_cvel_in_observation": False,
+        "include_qfrc_actuator_in_observation": False, "contact_cost_range": (-np.inf, 1e-3),
+        "contact_cost_weight": 1e-5, "healthy_z_range": (1.1, 1.9), "reset_noise_scale": 0.1,
+        "exclude_current_positions_from_observation": False}),
+]
+
+
+@pytest.mark.parametrize(("batch_id", "gym_id", "kwargs"), CASES,
+                         ids=[f"{c[1]}-{'custom' if c[2] else 'default'}" for c in CASES])
+@pytest.mark.parametrize("mode", [Mode.SAME_STEP, Mode.NEXT_STEP], ids=lambda m: m.value)
+def test_the_batch_env_equals_gymnasiums_envs_step_by_step(make_pair, batch_id, gym_id,
+                                                           kwargs, mode):
+    ours, theirs = make_pair(batch_id, gym_id, mode, max_episode_steps=12, **kwargs)
+    ends = step_side_by_side(ours, theirs, steps=40, seed=7)
+    assert ends >= 2 * N  # every env ended (and autoreset) at least twice
+
+
+@pytest.mark.parametrize("gym_id", ["HalfCheetah-v5", "Humanoid-v5"])
+def test_other_seeds_a_longer_limit_and_three_threads_stay_equal(make_pair, gym_id):
+    ours, theirs = make_pair(vecsample.envs.BATCH_IDS[gym_id], gym_id, num_envs=5,
+                             num_threads=3, max_episode_steps=30)
+    for seed in (0, 123):
+        assert step_side_by_side(ours, theirs, steps=70, seed=seed) >= 5
+
+
+def test_disabled_autoreset_steps_until_reset_with_a_mask(make_pair):
+    ours, theirs = make_pair("HopperBatch-v5", "Hopper-v5", Mode.DISABLED, max_episode_steps=5)
+    assert_same(ours.reset(seed=1), theirs.reset(seed=1), "reset")
+    action = np.zeros((N, 3), dtype=np.float32)
+    for t in range(5):
+        assert_same(ours.step(action), theirs.step(action), f"step {t}")
+    with pytest.raises(EndedEnvError, match=r"envs \[0, 1, 2\] ended"):
+        ours.step(action)
+    mask = np.array([True, False, True])
+    assert_same(ours.reset(options={"reset_mask": mask}),
+                theirs.reset(options={"reset_mask": mask.copy()}), "masked reset")
+    with pytest.raises(EndedEnvError, match=r"envs \[1\] ended"):
+        ours.step(action)
+
+
+def test_the_comparison_sees_a_one_ulp_difference():
+    a = np.array([1.0, 2.0])
+    with pytest.raises(AssertionError):
+        assert_same(a, np.nextafter(a, 3.0), "obs")
+    with pytest.raises(AssertionError, match="dtype"):
+        assert_same(a.astype(np.float32), a, "obs")
+    with pytest.raises(AssertionError, match="keys"):
+        assert_same({"x": a, "_x": a > 0}, {"x": a}, "infos")
+
+
+# --- the spaces, the keywords, the errors --------------------------------------------------------
+
+
+def test_the_spaces_are_gymnasiums(make_pair):
+    for gym_id, batch_id in vecsample.envs.BATCH_IDS.items():
+        ours, theirs = make_pair(batch_id, gym_id)
+        assert ours.single_observation_space == theirs.single_observation_space, batch_id
+        assert ours.single_action_space == theirs.single_action_space, batch_id
+        assert ours.metadata["autoreset_mode"] is Mode.SAME_STEP
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_the_accepted_ones():
+    with pytest.raises(UnknownKeywordError, match=r"'use_contact_forces'.*expected one of") as e:
+        gym.make_vec("AntBatch-v5", 2, use_contact_forces=True)
+    assert isinstance(e.value, TypeError)
+
+
+def test_rendering_is_refused_with_the_way_to_render():
+    with pytest.raises(RefusedKeywordError, match=r"render_mode='rgb_array'.*gymnasium\.make"):
+        gym.make_vec("HalfCheetahBatch-v5", 2, render_mode="rgb_array")
+    gym.make_vec("HalfCheetahBatch-v5", 2, render_mode=None).close()
+
+
+def test_actions_of_the_wrong_shape_are_refused():
+    env = gym.make_vec("HalfCheetahBatch-v5", 2)
+    try:
+        env.reset(seed=0)
+        with pytest.raises(BatchActionError, match=r"shape \(2, 6\).*got \(6,\)"):
+            env.step(np.zeros(6, dtype=np.float32))
+    finally:
+        env.close()
+
+
+# --- the task envs: one task per env, equal to vecsample's single task envs ---------------------
+
+TASK_IDS = ["HalfCheetahVel-v5", "HalfCheetahDir-v5", "AntVel-v5", "AntDir-v5", "AntPos-v5"]
+
+
+def sampled_tasks(gym_id: str, count: int, seed: int) -> list[dict[str, Any]]:
+    env = gym.make(gym_id)
+    try:
+        env.reset(seed=seed)
+        return env.unwrapped.sample_tasks(count)  # type: ignore[attr-defined,no-any-return]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("gym_id", TASK_IDS)
+@pytest.mark.parametrize("mode", [Mode.SAME_STEP, Mode.NEXT_STEP], ids=lambda m: m.value)
+def test_a_task_batch_env_equals_the_single_task_envs_with_the_same_tasks(make_pair, gym_id,
+                                                                          mode):
+    batch_id = vecsample.envs.BATCH_IDS[gym_id]
+    ours, theirs = make_pair(batch_id, gym_id, mode, max_episode_steps=12,
+                             normalization_scale=10.0, reset_noise_scale=0.2)
+    tasks = sampled_tasks(gym_id, N, seed=4)
+    ours.unwrapped.reset_task(tasks)  # type: ignore[attr-defined]
+    for env, task in zip(theirs.envs, tasks, strict=True):
+        env.unwrapped.reset_task(task)  # type: ignore[attr-defined]
+    assert step_side_by_side(ours, theirs, steps=30, seed=2) >= N
+    assert ours.single_action_space == theirs.single_action_space
+    assert ours.single_observation_space == theirs.single_observation_space
+
+
+def test_a_task_batch_env_samples_tasks_as_its_first_single_env_does():
+    ours = gym.make_vec("AntPosBatch-v5", 2, low=-1.0, high=1.0)
+    theirs = gym.make("AntPos-v5", low=-1.0, high=1.0)
+    try:
+        ours.reset(seed=8)
+        theirs.reset(seed=8)
+        got = ours.unwrapped.sample_tasks(4)  # type: ignore[attr-defined]
+        expected = theirs.unwrapped.sample_tasks(4)  # type: ignore[attr-defined]
+        np.testing.assert_array_equal([t["position"] for t in got],
+                                      [t["position"] for t in expected])
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_reset_task_needs_one_task_per_env():
+    env = gym.make_vec("HalfCheetahDirBatch-v5", 3)
+    try:
+        with pytest.raises(TaskCountError, match=r"one task per env \(3\), got 2"):
+            env.unwrapped.reset_task([{"direction": 1}] * 2)  # type: ignore[attr-defined]
+    finally:
+        env.close()
+
+
+def test_a_reward_keyword_that_the_task_env_ignores_is_refused():
+    with pytest.raises(UnknownKeywordError, match="'ctrl_cost_weight'"):
+        gym.make_vec("HalfCheetahVelBatch-v5", 2, ctrl_cost_weight=0.5)
+
+
+# --- hosted in workers: VecSampler(HostedVector(batch id)) ---------------------------------------
+
+HN, HW = 6, 2  # envs and workers of the hosted tests
+HB = HN // HW
+
+
+def sampler_trajectory(sampler: VecSampler, steps: int, seed: int = 0) -> list[tuple[Any, ...]]:
+    """Everything a sampler returns over ``steps`` full steps of fixed random actions."""
+    obs, reset_infos = sampler.reset(seed=seed)
+    out: list[tuple[Any, ...]] = [(obs.copy(), reset_infos)]
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        actions = rng.uniform(-1, 1, (sampler.num_envs, 6)).astype(np.float32)
+        r = sampler.step(actions, copy=True)
+        final = np.where(r.has_final_obs[:, None], r.final_obs, 0.0)
+        out.append((r.obs, r.rewards, r.terminated, r.truncated, final, r.infos, r.reset_infos))
+    return out
+
+
+def assert_same_trajectory(got: list[tuple[Any, ...]], expected: list[tuple[Any, ...]]) -> None:
+    for k, (a, b) in enumerate(zip(got, expected, strict=True)):
+        for x, y in zip(a, b, strict=True):
+            if isinstance(y, np.ndarray):
+                np.testing.assert_array_equal(x, y, err_msg=f"step {k}", strict=True)
+            else:
+                assert x == y, f"step {k}"
+
+
+@pytest.mark.parametrize("mode", ["SameStep", "NextStep"])
+def test_hosted_in_workers_it_samples_what_vecsample_samples_from_gymnasiums_envs(
+        make_sampler, mode):
+    limit = {"max_episode_steps": 9}
+    bare = make_sampler("HalfCheetah-v5", num_envs=HN, num_workers=HW, env_kwargs=limit,
+                        autoreset_mode=mode)
+    hosted = make_sampler(HostedVector("HalfCheetahBatch-v5", kwargs={**limit,
+                                       "autoreset_mode": mode}),
+                          num_envs=HN, num_workers=HW, autoreset_mode=mode)
+    expected = sampler_trajectory(bare, 25)
+    assert_same_trajectory(sampler_trajectory(hosted, 25), expected)
+    assert sum(bool(t[3].any()) for t in expected[1:]) >= 2  # autoresets were compared
+
+
+def test_hosted_task_envs_take_one_task_per_env_through_the_sampler(make_sampler):
+    tasks = sampled_tasks("HalfCheetahVel-v5", HN, seed=1)
+    kwargs = {"max_episode_steps": 9, "normalization_scale": 10.0}
+    bare = make_sampler("HalfCheetahVel-v5", num_envs=HN, num_workers=HW, env_kwargs=kwargs)
+    hosted = make_sampler(HostedVector("HalfCheetahVelBatch-v5", kwargs=kwargs), num_envs=HN,
+                          num_workers=HW)
+    for sampler in (bare, hosted):
+        sampler.reset_task(tasks)
+    expected = sampler_trajectory(bare, 20, seed=3)
+    got = sampler_trajectory(hosted, 20, seed=3)
+    for k, (a, b) in enumerate(zip(got, expected, strict=True)):
+        np.testing.assert_array_equal(a[0], b[0], err_msg=f"obs at {k}", strict=True)
+        if k:
+            np.testing.assert_array_equal(a[1], b[1], err_msg=f"rewards at {k}", strict=True)
+            velocities = [a[5][i]["task"]["velocity"] for i in range(HN)]
+            assert velocities == [t["velocity"] for t in tasks]
+
+
+def test_partial_batches_of_hosted_batch_envs_lose_and_repeat_nothing(make_sampler):
+    def run(partial: bool) -> list[list[np.ndarray]]:
+        sampler = make_sampler(HostedVector("HopperBatch-v5", kwargs={"max_episode_steps": 7}),
+                               num_envs=HN, num_workers=HW, seed=5)
+        sampler.reset()
+        seen: list[list[np.ndarray]] = [[] for _ in range(HW)]
+        sent = [0] * HW
+        for w in range(HW):
+            sampler.step_send(w, np.full((HB, 3), 0.1 * (w + 1), dtype=np.float32))
+        while min(len(s) for s in seen) < 15:
+            for r in sampler.step_recv(timeout=0.0 if partial else None, copy=True):
+                seen[r.worker].append(r.obs)
+                sent[r.worker] += 1
+                sampler.step_send(r.worker, np.full((HB, 3), 0.1 * (r.worker + 1) * (
+                    -1) ** sent[r.worker], dtype=np.float32))
+        sampler.step_recv(None)
+        return [s[:15] for s in seen]
+
+    for a, b in zip(run(partial=True), run(partial=False), strict=True):
+        np.testing.assert_array_equal(np.stack(a), np.stack(b))
+
+
+def test_a_killed_hosted_worker_restarts_with_its_envs_reseeded(make_sampler):
+    sampler = make_sampler(HostedVector("HalfCheetahBatch-v5"), num_envs=HN, num_workers=HW,
+                           restart=True, seed=11)
+    sampler.reset()
+    actions = np.full((HN, 6), 0.3, dtype=np.float32)
+    sampler.step(actions)
+    kill_and_wait(sampler.worker_pids()[1])
+    r = sampler.step(actions)
+    assert r.restarted.tolist() == r.truncated.tolist() == [False] * HB + [True] * HB
+    fresh = gym.make_vec("HalfCheetahBatch-v5", HB, vectorization_mode="vector_entry_point")
+    try:
+        seeds = [restart_seed(s, 1) for s in env_seeds(11, HN)[HB:]]
+        np.testing.assert_array_equal(r.obs[HB:], fresh.reset(seed=seeds)[0])
+    finally:
+        fresh.close()
+    r = sampler.step(actions)
+    assert not r.restarted.any() and np.isfinite(r.obs).all()
+
+
+def test_a_recorded_partial_run_of_hosted_batch_envs_replays_the_same(make_sampler, tmp_path):
+    log = tmp_path / "run.vsreplay"
+
+    def run(**kwargs: Any) -> list[bytes]:
+        sampler = make_sampler(HostedVector("HalfCheetahBatch-v5"), num_envs=HN,
+                               num_workers=HW, seed=2, **kwargs)
+        sampler.reset()
+        for w in range(HW):
+            sampler.step_send(w, np.zeros((HB, 6), dtype=np.float32))
+        out = []
+        for k in range(30):
+            for r in sampler.step_recv(timeout=0.0, copy=True):
+                out.append(bytes([r.worker]) + r.obs.tobytes())
+                sampler.step_send(r.worker, np.full((HB, 6), np.sin(k), dtype=np.float32))
+        sampler.step_recv(None)
+        sampler.close()
+        return out
+
+    recorded = run(record=log)
+    assert run(replay=log) == recorded
+
+
+def test_the_default_thread_count_is_the_cores_owned_capped_by_omp_num_threads(monkeypatch):
+    from vecsample.envs.mujoco_batch.physics import default_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert default_threads() == cores
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert default_threads() == 1
+    env = gym.make_vec("HalfCheetahBatch-v5", 4, num_threads=2)
+    try:
+        assert env.unwrapped.physics._threads == 2  # type: ignore[attr-defined]
+        env.reset(seed=0)
+        assert np.isfinite(env.step(np.zeros((4, 6), dtype=np.float32))[0]).all()
+    finally:
+        env.close()

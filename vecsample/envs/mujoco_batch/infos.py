@@ -1,0 +1,57 @@
+"""gymnasium's vector infos, built for many envs at once.
+
+gymnasium's ``VectorEnv._add_info`` adds one env's info dict to the batch's: each key becomes an
+array of ``num_envs`` values (zeros where an env has none) and a mask ``_key``; a dict value
+becomes a nested dict of the same form. Here a batch env holds its infos as *columns*, one array
+of ``num_envs`` rows per key (or a nested dict of them), and ``add_rows`` adds the rows of a mask
+in one go, with the result ``_add_info`` would give env by env: the same keys, dtypes, values
+and masks. A key appears only once some env has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+#: A batch's infos as columns: ``key -> (num_envs, ...) array``, or a nested dict of them.
+Columns = Mapping[str, Any]
+
+
+def add_rows(infos: dict[str, Any], columns: Columns, rows: NDArray[np.bool_]) -> dict[str, Any]:
+    """Adds the rows of ``rows`` of every column to gymnasium's vector ``infos``."""
+    if not rows.any():
+        return infos
+    for key, column in columns.items():
+        if isinstance(column, Mapping):
+            infos[key] = add_rows(infos.get(key, {}), column, rows)
+        else:
+            array = infos.get(key)
+            if array is None:
+                array = np.zeros_like(column)
+            array[rows] = column[rows]
+            infos[key] = array
+        mask = infos.get(f"_{key}")
+        if mask is None:
+            mask = np.zeros(rows.shape, dtype=np.bool_)
+        mask[rows] = True
+        infos[f"_{key}"] = mask
+    return infos
+
+
+def add_final(infos: dict[str, Any], obs: NDArray[Any], columns: Columns,
+              ended: NDArray[np.bool_]) -> dict[str, Any]:
+    """``final_obs`` (an object array of each ended env's last observation, ``None`` elsewhere)
+    and ``final_info`` (the ended envs' step infos), as gymnasium's same-step autoreset adds
+    them, with their masks."""
+    if not ended.any():
+        return infos
+    final_obs = np.full(ended.shape, None, dtype=object)
+    for i in np.flatnonzero(ended).tolist():
+        final_obs[i] = obs[i].copy()
+    infos["final_obs"], infos["_final_obs"] = final_obs, ended.copy()
+    infos["final_info"] = add_rows({}, columns, ended)
+    infos["_final_info"] = ended.copy()
+    return infos

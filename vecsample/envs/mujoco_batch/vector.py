@@ -1,0 +1,274 @@
+"""``BatchMujocoEnv``: what every batch-native MuJoCo env shares, as a gymnasium ``VectorEnv``.
+
+A subclass names its gymnasium v5 counterpart's keywords and defaults (``DEFAULTS``), the
+``MjData`` fields it reads (``_fields``), and computes over the batch what the v5 env computes
+for one: the observation, the step's reward, termination and info (``_evaluate``), the reset
+info, and the reset noise it draws. This class does the rest, as ``gymnasium.make(id)`` envs in
+a ``SyncVectorEnv`` do it: per-env generators seeded as ``SyncVectorEnv.reset`` seeds its envs
+(an int ``s`` gives env ``i`` the seed ``s + i``; a list gives each its own), the time limit's
+truncation (``TimeLimit``), the three autoreset modes, ``reset(options={"reset_mask": m})``,
+and gymnasium's vector infos with their masks (``final_obs`` / ``final_info`` under SameStep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.utils import seeding
+from numpy.typing import NDArray
+
+from vecsample.envs.mujoco_batch.errors import (
+    BatchActionError,
+    EndedEnvError,
+    RefusedKeywordError,
+    UnknownKeywordError,
+)
+from vecsample.envs.mujoco_batch.infos import Columns, add_final, add_rows
+from vecsample.envs.mujoco_batch.physics import Field, Physics
+from vecsample.errors import ResetMaskError
+
+AutoresetMode = gym.vector.AutoresetMode
+Array = NDArray[np.float64]
+Step = tuple[NDArray[Any], Array, NDArray[np.bool_], NDArray[np.bool_], dict[str, Any]]
+
+#: ``MujocoEnv``'s rendering keywords: only their defaults are accepted, a batch env does not
+#: render (render the same state with ``gymnasium.make(id, render_mode=...)``).
+RENDERING = ("render_mode", "width", "height", "camera_id", "camera_name",
+             "default_camera_config", "max_geom", "visual_options")
+
+
+class BatchMujocoEnv(gym.vector.VectorEnv):
+    """``num_envs`` copies of a gymnasium v5 MuJoCo env, stepped as one batch.
+
+    Args:
+        num_envs: the envs of the batch.
+        max_episode_steps: the time limit (``gymnasium.make``'s); ``None``: none.
+        autoreset_mode: ``"SameStep"`` (default, as vecsample's samplers), ``"NextStep"``
+            (gymnasium's vector default) or ``"Disabled"``; its ``metadata["autoreset_mode"]``.
+        num_threads: threads stepping the physics; default: one per core this process may run
+            on (``os.sched_getaffinity``), capped by ``OMP_NUM_THREADS`` where set (a vecsample
+            worker sets it to ``threads_per_worker``), at most one per env.
+        kwargs: the gymnasium v5 env's own keywords (``DEFAULTS``), with the same meaning.
+    """
+
+    #: The v5 env's keywords and their defaults (rendering keywords apart).
+    DEFAULTS: ClassVar[dict[str, Any]] = {}
+    #: gymnasium's qvel reset noise: ``"normal"`` (scale * N(0, 1)) or ``"uniform"``.
+    QVEL_NOISE: ClassVar[str] = "uniform"
+    #: Whether the env reads ``cfrc_ext`` (gymnasium runs ``mj_rnePostConstraint`` per step).
+    POST_CONSTRAINT: ClassVar[bool] = False
+    #: The observations' dtype (gymnasium's v5 envs: float64).
+    OBS_DTYPE: ClassVar[type[np.floating[Any]]] = np.float64
+    supports_reset_mask = True  # reset(options={"reset_mask": m}) resets only those rows
+
+    def __init__(self, num_envs: int = 1, *, max_episode_steps: int | None = None,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+                 num_threads: int | None = None, **kwargs: Any) -> None:
+        from gymnasium.envs.mujoco.mujoco_env import expand_model_path
+
+        self.config = self._configure(kwargs)
+        self.num_envs = num_envs
+        self.max_episode_steps = max_episode_steps
+        self.autoreset_mode = AutoresetMode(getattr(autoreset_mode, "value", autoreset_mode))
+        self.physics = Physics(expand_model_path(self.config["xml_file"]), num_envs,
+                               int(self.config["frame_skip"]), self._fields(),
+                               post_constraint=self.POST_CONSTRAINT, num_threads=num_threads)
+        self.dt = self.physics.dt
+        self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": [],
+                         "render_fps": int(np.round(1.0 / self.dt))}
+        self._define_spaces()
+        self._generators: list[np.random.Generator | None] = [None] * num_envs
+        self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        self._ended = np.zeros(num_envs, dtype=np.bool_)  # ended at the last step
+
+    # --- what a subclass defines -----------------------------------------------------------------
+
+    def _fields(self) -> list[Field]:
+        """The ``MjData`` fields read after each step and reset, beyond qpos and qvel."""
+        return []
+
+    def _observe(self) -> NDArray[Any]:
+        """Every env's observation, from the physics state and fields."""
+        raise NotImplementedError
+
+    def _before(self) -> Any:
+        """What the step's evaluation needs from before the step (a position)."""
+        raise NotImplementedError
+
+    def _evaluate(self, actions: NDArray[Any], before: Any) -> tuple[
+            NDArray[Any], NDArray[np.bool_], Columns]:
+        """Every env's reward, termination and step info columns, after the physics step
+        (``actions``: the controls that ``_controls`` gave)."""
+        raise NotImplementedError
+
+    def _reset_info(self) -> Columns:
+        """Every env's reset info columns (only the reset rows are used)."""
+        raise NotImplementedError
+
+    def _controls(self, actions: NDArray[Any]) -> NDArray[Any]:
+        """The controls that the actions give (the actions themselves, unless a wrapper maps
+        them)."""
+        return actions
+
+    # --- gymnasium's VectorEnv -------------------------------------------------------------------
+
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[NDArray[Any], dict[str, Any]]:
+        """Resets every env (or those of ``options["reset_mask"]``), seeding env ``i`` with
+        ``seed + i`` for an int, with ``seed[i]`` for a list, as ``SyncVectorEnv`` does."""
+        seeds = self._seeds(seed)
+        mask = self._reset_mask(options)
+        self._reset_rows(np.flatnonzero(mask), seeds)
+        return self._observe(), add_rows({}, self._reset_info(), mask)
+
+    def step(self, actions: Any) -> Step:
+        """One step of every env; ended envs autoreset as ``metadata["autoreset_mode"]``
+        says."""
+        actions = self._check_actions(actions)
+        mode = self.autoreset_mode
+        if mode is AutoresetMode.DISABLED and self._ended.any():
+            raise EndedEnvError(env=type(self).__name__,
+                                rows=np.flatnonzero(self._ended).tolist())
+        resetting = self._ended.copy() if mode is AutoresetMode.NEXT_STEP else np.zeros_like(
+            self._ended)
+        rows = np.flatnonzero(~resetting)
+        before = self._before()
+        controls = self._controls(actions)
+        self.physics.step(controls, rows)
+        rewards, terminated, columns = self._evaluate(controls, before)
+        rewards = np.asarray(rewards, dtype=np.float64)
+        self._elapsed[rows] += 1
+        truncated = self._truncated()
+        if mode is AutoresetMode.NEXT_STEP:
+            return self._next_step(resetting, rewards, terminated, truncated, columns)
+        self._ended = terminated | truncated
+        if mode is AutoresetMode.DISABLED:
+            return self._observe(), rewards, terminated, truncated, add_rows(
+                {}, columns, np.ones_like(self._ended))
+        return self._same_step(rewards, terminated, truncated, columns)
+
+    def _same_step(self, rewards: Array, terminated: NDArray[np.bool_],
+                   truncated: NDArray[np.bool_], columns: Columns) -> Step:
+        """SameStep: ended envs are reset now; their last observation and step info go to
+        ``final_obs`` and ``final_info``, their reset info to the infos."""
+        ended = self._ended.copy()  # the reset below clears self._ended
+        infos = add_final({}, self._observe(), columns, ended)
+        add_rows(infos, columns, ~ended)
+        if ended.any():
+            self._reset_rows(np.flatnonzero(ended), [None] * self.num_envs)
+            add_rows(infos, self._reset_info(), ended)
+        return self._observe(), rewards, terminated, truncated, infos
+
+    def _next_step(self, resetting: NDArray[np.bool_], rewards: Array,
+                   terminated: NDArray[np.bool_], truncated: NDArray[np.bool_],
+                   columns: Columns) -> Step:
+        """NextStep: the envs that ended at the last step are reset instead of stepped; their
+        reward is 0, their flags False and their infos the reset's."""
+        infos = add_rows({}, columns, ~resetting)
+        if resetting.any():
+            self._reset_rows(np.flatnonzero(resetting), [None] * self.num_envs)
+            add_rows(infos, self._reset_info(), resetting)
+            rewards[resetting] = 0.0
+            terminated[resetting] = False
+            truncated[resetting] = False
+        self._ended = terminated | truncated
+        return self._observe(), rewards, terminated, truncated, infos
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.physics.close()
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _configure(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The v5 keywords with their defaults, the given ones checked."""
+        name = type(self).__name__
+        for key, value in kwargs.items():
+            if key in RENDERING:
+                if key == "render_mode" and value is None:
+                    continue
+                raise RefusedKeywordError(
+                    env=name, keyword=key, got=value, reason="a batch env does not render",
+                    fix="render the same states with gymnasium.make(id, render_mode=...)")
+            if key not in self.DEFAULTS:
+                raise UnknownKeywordError(env=name, keyword=key,
+                                          accepted=[*self.DEFAULTS, *RENDERING])
+        return {**self.DEFAULTS, **{k: v for k, v in kwargs.items() if k not in RENDERING}}
+
+    def _control_space(self) -> gym.spaces.Box:
+        """The v5 env's action space: the actuators' control ranges (``MujocoEnv``'s)."""
+        bounds = self.physics.model.actuator_ctrlrange.copy().astype(np.float32)
+        return gym.spaces.Box(bounds[:, 0], bounds[:, 1], dtype=np.float32)
+
+    def _define_spaces(self) -> None:
+        self.single_action_space = self._control_space()
+        size = self._observe().shape[1]
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,),
+                                                       dtype=self.OBS_DTYPE)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space,
+                                                         self.num_envs)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space,
+                                                              self.num_envs)
+
+    def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, int | np.integer):
+            return [int(seed) + i for i in range(self.num_envs)]
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"reset(seed=...) expected {self.num_envs} seeds (one per env), "
+                             f"got {len(seeds)}; pass an int, None or one seed per env.")
+        return seeds
+
+    def _reset_mask(self, options: dict[str, Any] | None) -> NDArray[np.bool_]:
+        mask = (options or {}).get("reset_mask")
+        if mask is None:
+            return np.ones(self.num_envs, dtype=np.bool_)
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (
+                self.num_envs,) or not mask.any():
+            raise ResetMaskError(name="options['reset_mask']", got=mask,
+                                 expected=f"a bool array of shape ({self.num_envs},) with a "
+                                 "True entry", fix="name the envs to reset")
+        return mask
+
+    def _reset_rows(self, rows: NDArray[np.intp], seeds: list[int | None]) -> None:
+        """gymnasium's reset of each env of ``rows``: seeding, the reset noise from its own
+        generator (qpos first, then qvel), ``mj_resetData``, the state, ``mj_forward``."""
+        p = self.physics
+        qpos = np.empty((len(rows), p.model.nq))
+        qvel = np.empty((len(rows), p.model.nv))
+        scale = self.config["reset_noise_scale"]
+        for k, i in enumerate(rows.tolist()):
+            if seeds[i] is not None:
+                self._generators[i] = seeding.np_random(seeds[i])[0]
+            rng = self._generator(i)
+            qpos[k] = p.init_qpos + rng.uniform(low=-scale, high=scale, size=p.model.nq)
+            if self.QVEL_NOISE == "normal":
+                qvel[k] = p.init_qvel + scale * rng.standard_normal(p.model.nv)
+            else:
+                qvel[k] = p.init_qvel + rng.uniform(low=-scale, high=scale, size=p.model.nv)
+        p.reset(rows.tolist(), qpos, qvel)
+        self._elapsed[rows] = 0
+        self._ended[rows] = False
+
+    def _generator(self, i: int) -> np.random.Generator:
+        """Env ``i``'s generator (an unseeded one until a seed is given, as ``Env.np_random``)."""
+        rng = self._generators[i]
+        if rng is None:
+            rng = self._generators[i] = seeding.np_random()[0]
+        return rng
+
+    def _truncated(self) -> NDArray[np.bool_]:
+        if self.max_episode_steps is None:
+            return np.zeros(self.num_envs, dtype=np.bool_)
+        return self._elapsed >= self.max_episode_steps
+
+    def _check_actions(self, actions: Any) -> NDArray[Any]:
+        batch: NDArray[Any] = np.asarray(actions)
+        expected = (self.num_envs, *(self.single_action_space.shape or ()))
+        if batch.shape != expected:
+            raise BatchActionError(env=type(self).__name__, expected=expected, got=batch.shape)
+        return batch
