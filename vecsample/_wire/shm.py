@@ -116,6 +116,9 @@ def _new_file(nbytes: int) -> int:
     """The fd of ``nbytes`` zero bytes in a file that no other process can open by name."""
     fd = -1
     with contextlib.suppress(AttributeError, OSError):  # not Linux, or a sandbox forbids it
+        # MFD_CLOEXEC: a program the parent execs (a subprocess) must not hold our memory; a
+        # spawn worker gets its copy from multiprocessing's pass_fds, a forkserver one by
+        # SCM_RIGHTS, a forked one by fork itself, none of which exec closes.
         fd = os.memfd_create("vecsample", os.MFD_CLOEXEC)
     try:
         if fd == -1:  # as multiprocessing makes its arenas: a file unlinked as soon as made
