@@ -166,6 +166,21 @@ class ClosedError(VecSampleError, RuntimeError, gym_error.ClosedEnvironmentError
         self.what = what
 
 
+class SharedMemoryError(VecSampleError, OSError):
+    """A sampler's shared memory (``vecsample/_wire/shm.py``'s ``Region``) could not be made or
+    mapped, or was pickled outside a worker's start (the only way it can travel).
+
+    ``step``: "create", "map" or "send"; ``nbytes``: its size; ``got``: what happened.
+    """
+
+    def __init__(self, *, step: str, nbytes: int, expected: str, got: str, fix: str) -> None:
+        super().__init__(f"could not {step} {nbytes} bytes of shared memory: expected {expected}, "
+                         f"got {got}; {fix}.")
+        self.step = step
+        self.nbytes = nbytes
+        self.got = got
+
+
 class PendingCallError(VecSampleError, RuntimeError):
     """A call is out of order with respect to what is pending (the state machine said no).
 

@@ -174,13 +174,18 @@ class WorkerPool:
         """Stops every worker, terminating those not gone within ``timeout``. Idempotent."""
         if self._finalizer.detach() is None:
             return
-        if os.getpid() != self._owner:  # a forked copy of the sampler: leave the workers be
-            for conn in [*self.conns, self.ring_reader, self.ring_writer]:
-                conn.close()
-            return
-        self.states.close_all()
-        shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer],
-                 self.bell)
+        try:
+            if os.getpid() != self._owner:  # a forked copy of the sampler: leave the workers be
+                for conn in [*self.conns, self.ring_reader, self.ring_writer]:
+                    conn.close()
+                return
+            self.states.close_all()
+            shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer],
+                     self.bell)
+        finally:
+            # The shared memory's fd, here and now (shm.Region): its mapping stays for the
+            # views still held (the user's results), and goes with the last of them.
+            self._buffers.release()
 
     # --- errors ----------------------------------------------------------------------------------
 

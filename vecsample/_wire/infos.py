@@ -19,11 +19,9 @@ gymnasium's vector infos from the copied columns directly (``vecsample.adapters.
 
 from __future__ import annotations
 
-import ctypes
 import pickle
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
-from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
 import numpy as np
@@ -108,21 +106,21 @@ class Column:
 
 
 class InfoTables:
-    """The tables' and the log's shared memory; created by the parent, pickled to workers."""
+    """The tables' and the log's shared memory: views of the sampler's region, which
+    ``shm.SharedBuffers`` owns, lays out and rebuilds these views from in each worker."""
 
-    def __init__(self, num_envs: int) -> None:
+    def __init__(self, num_envs: int, rows: np.ndarray, log: np.ndarray) -> None:
         self.num_envs = num_envs
-        self.raw: Any = RawArray(ctypes.c_uint8, max(2 * num_envs * ROW_BYTES, 1))
-        self.log: Any = RawArray(ctypes.c_uint8, LOG_BYTES)
+        self.raw = rows  # (2, num_envs, ROW_BYTES) uint8: the STEP table, then the RESET one
+        self.log = log  # (LOG_BYTES,) uint8
 
     def rows(self, table: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """Rows [lo, hi) of ``table`` (STEP or RESET) as a (n, ROW_BYTES) uint8 view."""
         hi = self.num_envs if hi is None else hi
-        full = np.frombuffer(self.raw, dtype=np.uint8, count=2 * self.num_envs * ROW_BYTES)
-        return full.reshape(2, self.num_envs, ROW_BYTES)[table, lo:hi]
+        return self.raw[table, lo:hi]
 
     def log_view(self) -> np.ndarray:
-        return np.frombuffer(self.log, dtype=np.uint8)
+        return self.log
 
 
 class Schema:
