@@ -106,13 +106,13 @@ class Recorder(NoLog):
         self._seen = len(restart_log)
         self._record = self._writer.record
         # The hot records, packed once: [SEND, w] for each worker, [SEND_ALL].
-        self._send = [_packed(Tag.SEND, w) for w in range(config.num_workers)]
+        self._send = [_packed(Tag.SEND, w) for w in range(config.num_slots)]
         self._send_all = _packed(Tag.SEND_ALL)
         # [RECV, [w...]] as bytes: the array's head for each length, then one byte per worker,
         # while msgpack writes a list under 16 entries of ints under 128 that way.
         self._recv_head = ([bytes((0x92, Tag.RECV, 0x90 | n))
-                            for n in range(config.num_workers + 1)]
-                           if config.num_workers < 16 else [])
+                            for n in range(config.num_slots + 1)]
+                           if config.num_slots < 16 else [])
         self._write = self._writer.write
         self._flush_at = time.monotonic() + FLUSH_EVERY
 
@@ -191,7 +191,7 @@ class Replayer(NoLog):
         #: The index of the current call (0: the construction), and why replay stopped.
         self.call = 0
         self.stopped: errors.ReplayError | None = None
-        self._seeded = config.seed is not None  # once true, every env has a seeded stream
+        self._seeded = config.options.seed is not None  # once true, every env has a seeded stream
         self._check_header(header(config))
 
     def _check_header(self, ours: dict[str, Any]) -> None:
@@ -203,8 +203,8 @@ class Replayer(NoLog):
                 raise errors.ReplayDivergedError(
                     path=self.path, call=0, expected=what.format(theirs.get(key), theirs["env"]),
                     got=what.format(ours[key], ours["env"]),
-                    fix="build the sampler as the recorded run did (same envs, workers, seed, "
-                        "autoreset_mode, restart and infos)")
+                    fix=f"build the sampler as the recorded run did (the same envs and "
+                        f"{', '.join(IDENTITY[2:])})")
 
     # --- the log, one call at a time -------------------------------------------------------------
 

@@ -31,7 +31,7 @@ class Restarts:
         self._pool = pool
         self._channel = channel
         #: Each env's own seed stream, for re-seeding restarts (reset(seed=...) replaces it).
-        self.streams = env_seeds(config.seed, config.num_envs)
+        self.streams = env_seeds(config.options.seed, config.num_envs)
         self._first_seeds: list[int | None] = list(self.streams)  # used by the first reset
         #: Every restart so far, oldest first: (worker, reason).
         self.log: list[tuple[int, str]] = []
@@ -49,7 +49,7 @@ class Restarts:
                 copy: bool) -> list[StepResult]:
         """``StepChannel.collect``, but with restart on a worker that died, raised or hung is
         respawned and returned as a result whose envs are flagged restarted and truncated."""
-        if not self._config.restart:
+        if not self._config.options.restart:
             return self._channel.collect(pending, timeout, deadline, copy)
         results: list[StepResult] = []
         deadline_at = None if deadline is None else time.monotonic() + deadline
@@ -97,7 +97,7 @@ class Restarts:
         """With restart on, workers left failed or dead by a synchronous call are respawned
         before their next use (their envs flagged like any restart), within the ``deadline`` of
         the call that needs them (default: the sampler's deadline and startup_deadline)."""
-        if not self._config.restart:
+        if not self._config.options.restart:
             return
         for w in workers:
             state = self._pool.states[w]  # an other half restarted with an earlier one: idle
@@ -129,7 +129,7 @@ class Restarts:
                 and not self._channel.settled(s, copy)]
         saved = {s: self._channel.views[s].copy_rows() for s in others if s not in lost}
         try:
-            reset_infos = self._respawn(w, deadline or Deadline(self._config.deadline))
+            reset_infos = self._respawn(w, deadline or Deadline(self._config.options.deadline))
         except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
             exc.results = [*results, *exc.results]
             raise
@@ -151,11 +151,11 @@ class Restarts:
 
     def _check_limit(self, w: int, reason: str, cause: BaseException,
                      results: list[StepResult]) -> None:
-        if len(self.log) >= self._config.max_restarts:
+        if len(self.log) >= self._config.options.max_restarts:
             self._pool.states.transition(w, WorkerState.FAILED)
             raise errors.RestartLimitError(
                 worker=w, reason=reason, history=self.log,
-                max_restarts=self._config.max_restarts, env=getattr(cause, "env", None),
+                max_restarts=self._config.options.max_restarts, env=getattr(cause, "env", None),
                 remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
             ) from cause
 
@@ -185,7 +185,7 @@ class Restarts:
         self._pool.stop(w)
         for s in slots:  # after the old process is gone: nothing can write behind us
             self._channel.forget(s)
-        self._pool.respawn(w, deadline.per(self._config.startup_deadline))
+        self._pool.respawn(w, deadline.per(self._config.options.startup_deadline))
         self._set_again(list(slots), deadline)
         lo, hi = self._config.bounds(slots[0])[0], self._config.bounds(slots[-1])[1]
         restarts = sum(1 for worker, _ in self.log if worker in slots)  # of this process

@@ -73,7 +73,7 @@ class SharedBuffers:
     observation_space: spaces.Space[Any]
     action_space: spaces.Space[Any]
     num_envs: int
-    num_workers: int
+    num_slots: int  # the step API's workers: one control row and stats row each
     obs_leaves: list[Leaf] = field(init=False)
     action_leaves: list[Leaf] = field(init=False)
     raws: dict[str, Any] = field(init=False)
@@ -101,9 +101,9 @@ class SharedBuffers:
         raws["rewards"] = _raw(n * 8)
         for name in ("terminated", "truncated", "has_final_obs", "restarted"):
             raws[name] = _raw(n)
-        raws["stats"] = _raw(self.num_workers * len(STAT_FIELDS) * 8)
+        raws["stats"] = _raw(self.num_slots * len(STAT_FIELDS) * 8)
         # int64 elements, so the words the step handshake polls are 8-byte aligned (atomic).
-        raws["control"] = RawArray(ctypes.c_int64, control_rows(self.num_workers) * CONTROL_WORDS)
+        raws["control"] = RawArray(ctypes.c_int64, control_rows(self.num_slots) * CONTROL_WORDS)
         self.raws = raws
         self.infos = InfoTables(n)
 
@@ -151,11 +151,11 @@ class SharedBuffers:
                 arr[lo + j] = value
 
     def control(self) -> np.ndarray:
-        """The step handshake's (num_workers + 1, CONTROL_WORDS) int64 words (handshake.py)."""
-        shape = (control_rows(self.num_workers), CONTROL_WORDS)
+        """The step handshake's (num_slots + 1, CONTROL_WORDS) int64 words (handshake.py)."""
+        shape = (control_rows(self.num_slots), CONTROL_WORDS)
         return _view(self.raws["control"], np.dtype(np.int64), shape)
 
     def stats(self) -> np.ndarray:
-        """The (num_workers, len(STAT_FIELDS)) float64 counters, written by the workers."""
-        shape = (self.num_workers, len(STAT_FIELDS))
+        """The (num_slots, len(STAT_FIELDS)) float64 counters, written by the workers."""
+        shape = (self.num_slots, len(STAT_FIELDS))
         return _view(self.raws["stats"], np.dtype(np.float64), shape)
