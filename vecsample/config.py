@@ -125,10 +125,8 @@ class SamplerConfig:
     def num_envs(self) -> int:
         return len(self.env_fns)
 
-    @property
-    def num_workers(self) -> int:
-        """Worker processes."""
-        return self.options.num_workers
+    # No ``num_workers`` here: it counted slots before issue 23, and code that still reads it
+    # should fail, not get the processes. ``options.num_workers`` counts the processes.
 
     @property
     def num_slots(self) -> int:

@@ -117,7 +117,7 @@ class VecSampler:
     @property
     def num_workers(self) -> int:
         """Worker processes: ``options.num_workers``, with ``pipeline`` too."""
-        return self.config.num_workers
+        return self.config.options.num_workers
 
     @property
     def num_slots(self) -> int:

@@ -98,7 +98,7 @@ class WorkerPool:
     def start(self) -> None:
         """Starts every worker and waits until all have built their envs."""
         check_main_guard(self.config.context)
-        for p in range(self.config.num_workers):
+        for p in range(self.config.options.num_workers):
             proc, conns = self._spawn(self.config.slots(p))  # EnvFactoryError: caller closes
             self.procs += [proc] * len(conns)  # per worker: a process serves its slots
             self.conns += conns
