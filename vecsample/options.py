@@ -131,6 +131,8 @@ class Options:
     (``ReplayDivergedError`` at the first call the log does not have). docs/semantics.md."""
 
     def __post_init__(self) -> None:
+        # Frozen, so the normalised values go in through object.__setattr__, before anyone can
+        # read the object: every later reader gets the checked form.
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, CHECKS[f.name](getattr(self, f.name), f.name))
         _check_together(self)
