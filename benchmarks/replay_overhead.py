@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import tyro
 
-from vecsample import VecSampler
+from vecsample import Options, VecSampler
 from vecsample._parent.replay import Recorder
 from vecsample.config import SamplerConfig
 from vecsample.results import StepResult
@@ -69,8 +69,8 @@ def throughput(args: Args, path: str) -> tuple[list[float], list[float], LoopRes
 def hook_costs(args: Args, path: str) -> tuple[float, float]:
     """µs per step_send and per step_recv (its hooks: schedule, arrange, hand-over) that a
     Recorder adds."""
-    config = SamplerConfig.build(args.env_id, num_envs=args.num_envs,
-                                 num_workers=args.num_workers)
+    config = SamplerConfig.build(args.env_id, Options(num_workers=args.num_workers),
+                                 num_envs=args.num_envs)
     recorder = Recorder(path, config, [])
     results = [StepResult(w, range(0), None, None, None, None, None, None, None)
                for w in range(args.num_workers)]

@@ -63,17 +63,17 @@ def soak(args: Args) -> dict[str, Any]:
     with VecSampler(args.env_id, num_envs=args.num_envs, num_workers=args.num_workers,
                     seed=args.seed, context=args.context) as s:
         workers = [psutil.Process(pid) for pid in s.worker_pids()]
-        per = s.envs_per_worker
+        per = s.envs_per_slot
         s.reset()
         received = recvs = 0
-        per_worker = np.zeros(s.num_workers, dtype=np.int64)
+        per_worker = np.zeros(s.num_slots, dtype=np.int64)
         samples: list[dict[str, float]] = []
         start = last = time.monotonic()
         samples.append({"t_s": 0.0, "steps": 0, "parent_rss_mib": rss_mib([me]),
                         "workers_rss_mib": rss_mib(workers)})
-        for w in range(s.num_workers):
+        for w in range(s.num_slots):
             s.step_send(w, rng.integers(0, 2, size=per))
-        in_flight = s.num_workers
+        in_flight = s.num_slots
         while in_flight:
             timeout = args.timeouts[recvs % len(args.timeouts)]
             results = s.step_recv(timeout)

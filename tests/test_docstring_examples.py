@@ -18,6 +18,7 @@ DOCUMENTED = [
     "vecsample.adapters.gymnasium.make_vec",
     "vecsample.train.rollout.Rollout",
     "vecsample.sampler.VecSampler",
+    "vecsample.options.Options",
     "vecsample.hosted.HostedVector",
 ]
 

@@ -157,7 +157,7 @@ def _interrupt_loop(s: VecSampler, seconds: float, seed: int) -> tuple[dict, dic
     are interrupted. A step_send that returned, with the SIGINT landing before its count, shows
     as WorkerBusyError on the retry (a send that raises has posted nothing: test_signals.py)."""
     rng = np.random.default_rng(seed)
-    workers = range(s.num_workers)
+    workers = range(s.num_slots)
     sent, received, todo = dict.fromkeys(workers, 0), dict.fromkeys(workers, 0), list(workers)
     interrupts, end = 0, time.monotonic() + seconds
     while time.monotonic() < end:
@@ -605,7 +605,7 @@ def test_3_call_wait_timeout_bounds_a_restart_inside_it(make_vector_env, tmp_pat
         env.call_wait(timeout=timeout)  # respawns worker 1: its rebuild, reset or call is slow
     elapsed = time.monotonic() - start
     assert elapsed < timeout + 1.0, elapsed  # the timeout, slack; not the sampler's 5 s bounds
-    assert env.sampler.deadline == 5  # the call's bound was passed down, not written here
+    assert env.sampler.options.deadline == 5  # the call's bound was passed down, not written here
     env.close(terminate=True)  # worker 1 hangs: the fixture's polite close would wait 5 s
 
 

@@ -58,7 +58,7 @@ def test_no_wake_up_is_lost(make_sampler, monkeypatch, spin_us, pipeline):
                      num_workers=2, infos=False, context="fork", spin_us=spin_us, deadline=10.0,
                      pipeline=pipeline)
     s.reset()
-    mixed_rounds(s, workers=s.num_workers, per=s.envs_per_worker, rounds=1500)
+    mixed_rounds(s, workers=s.num_slots, per=s.envs_per_slot, rounds=1500)
 
 
 @pytest.mark.parametrize(("context", "pipeline"), [("fork", False), ("forkserver", False),
@@ -71,7 +71,7 @@ def test_unordered_platform_protocol(make_sampler, monkeypatch, context, pipelin
                      num_workers=3, infos=False, context=context, pipeline=pipeline)
     assert not s.handshake_state().ordered
     s.reset()
-    assert mixed_rounds(s, workers=s.num_workers, per=s.envs_per_worker, rounds=600) > 20
+    assert mixed_rounds(s, workers=s.num_slots, per=s.envs_per_slot, rounds=600) > 20
 
 
 class BigInfoEnv(CountingEnv):

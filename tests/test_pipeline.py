@@ -53,7 +53,8 @@ def test_the_halves_give_what_two_workers_give(make_sampler, mode):
     piped = make_sampler(fns(CountingEnv, ENVS, length=3), num_workers=2, pipeline=True,
                          **kwargs)
     plain = make_sampler(fns(CountingEnv, ENVS, length=3), num_workers=4, **kwargs)
-    assert piped.num_workers == plain.num_workers == 4 and piped.num_processes == 2
+    assert piped.num_slots == plain.num_slots == plain.num_workers == 4
+    assert piped.num_workers == 2 and piped.options.num_workers == 2
     assert [piped.worker_env_ids(w) for w in range(4)] == [plain.worker_env_ids(w)
                                                           for w in range(4)]
     got, expected = _run(piped, schedule, seed=5), _run(plain, schedule, seed=5)

@@ -76,12 +76,12 @@ def sampler_rollout(s: VecSampler, batches: list[Any], timeouts: list[float | No
     """Every worker sent each round, received through recvs with the given timeouts."""
     rounds = []
     for k, batch in enumerate(batches):
-        per = s.envs_per_worker
-        for w in range(s.num_workers):
+        per = s.envs_per_slot
+        for w in range(s.num_slots):
             s.step_send(w, _rows(batch, w * per, (w + 1) * per))
         got: dict[int, Any] = {}
         i = 0
-        while len(got) < s.num_workers:
+        while len(got) < s.num_slots:
             for r in s.step_recv(timeouts[(k + i) % len(timeouts)], copy=True):
                 assert r.worker not in got
                 got[r.worker] = r

@@ -238,9 +238,9 @@ def test_spin_before_block_is_automatic_and_configurable(make_sampler):
 
     cores = len(os.sched_getaffinity(0))
     auto = make_sampler(fns(CountingEnv, 2), num_workers=1)
-    assert auto.spin_s == pytest.approx(200e-6)  # one worker always fits the cores
+    assert auto.config.spin_s == pytest.approx(200e-6)  # one worker always fits the cores
     crowded = make_sampler(fns(CountingEnv, cores + 1), num_workers=cores + 1)
-    assert crowded.spin_s == 0.0  # more workers than cores: spinning would steal their CPU
+    assert crowded.config.spin_s == 0.0  # more workers than cores: spinning would steal their CPU
     off = make_sampler(fns(CountingEnv, 2), num_workers=2, spin_us=0)
     for s in (auto, crowded, off):
         s.reset()

@@ -1,15 +1,16 @@
 """vecsample: fast, hang-free multiprocess sampling of gymnasium environments.
 
-The public surface, re-exported here: ``VecSampler`` (the core), ``VectorEnv`` and ``make_vec``
-(the gymnasium adapter), ``StepResult``, ``AutoresetMode``, ``EnvMaker``, ``HostedVector`` (one
-batch-native vector env per worker) and the ``errors`` module. torch is never imported by
-``import vecsample``.
+The public surface, re-exported here: ``VecSampler`` (the core) and its ``Options``,
+``VectorEnv`` and ``make_vec`` (the gymnasium adapter), ``StepResult``, ``AutoresetMode``,
+``EnvMaker``, ``HostedVector`` (one batch-native vector env per worker) and the ``errors``
+module. torch is never imported by ``import vecsample``.
 """
 
 from vecsample import errors
 from vecsample._wire.protocol import AutoresetMode
 from vecsample.adapters.gymnasium import VectorEnv, make_vec
 from vecsample.hosted import HostedVector
+from vecsample.options import Options
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler
 
@@ -17,6 +18,7 @@ __all__ = [
     "AutoresetMode",
     "EnvMaker",
     "HostedVector",
+    "Options",
     "StepResult",
     "VecSampler",
     "VectorEnv",

@@ -1,17 +1,19 @@
-"""A sampler's validated configuration, and the checks every constructor of the package shares.
+"""A sampler's layout, derived from its envs and its ``Options``, and the checks that need the
+envs.
 
-``SamplerConfig.build(...)`` takes ``VecSampler``'s constructor arguments, checks each one, and
-returns a frozen record; nothing after it re-validates. The small checks (``check_int``,
-``check_seconds``, ``env_factories``) are public so that the Ray backend, the meta-RL sampler
-and the tools reject bad input with the same words.
+``SamplerConfig.build(env_fns, options)`` makes the env factories, checks what only the envs can
+tell (``num_workers`` divides them, ``pipeline`` halves them), resolves what "auto" means here
+(the start method, the spin, the cores) and returns a frozen record; nothing after it
+re-validates. Each option's own check lives with its field in options.py; the names imported
+from there (``check_int``, ``check_seconds``, ``check_mode``, the defaults) stay importable
+from here, and ``env_factories`` is public, so that the Ray backend, the meta-RL sampler and
+the tools reject bad input with the same words.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
-import numbers
 import os
 import time
 from collections.abc import Sequence
@@ -20,24 +22,28 @@ from typing import Any
 
 import gymnasium as gym
 
-from vecsample._parent.startup import AUTO, resolve_context
+from vecsample._parent.startup import resolve_context
 from vecsample._wire.protocol import AutoresetMode, EnvFn
 from vecsample.errors import ConfigError
 from vecsample.hosted import HostedVector
-from vecsample.seeding import check_seed
+from vecsample.options import (
+    DEFAULT_CONTEXT,
+    DEFAULT_DEADLINE,
+    STARTUP_DEADLINE,
+    Options,
+    check_int,
+    check_mode,
+    check_seconds,
+)
 
-#: Default deadline (seconds) of each wait for workers, so that a hung worker never hangs a call.
-DEFAULT_DEADLINE = 300.0
+__all__ = ["AUTO_SPIN_US", "DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "STARTUP_DEADLINE", "Deadline",
+           "EnvMaker", "SamplerConfig", "check_int", "check_mode", "check_seconds",
+           "env_factories", "usable_cores"]
+
 #: How long the parent and the workers poll the step handshake's counters before sleeping on a
 #: pipe, when every worker can have a core of its own (µs). It skips scheduler wake-ups (an IPI
 #: on a VM, docs/benchmarks.md); with more workers than cores, spinning would steal their CPU.
 AUTO_SPIN_US = 200.0
-#: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline;
-#: ``startup_deadline=`` changes it.
-STARTUP_DEADLINE = 120.0
-#: "auto": fork on Linux while the parent has no other thread (fast, nothing pickled, the main
-#: script is not re-imported), forkserver otherwise (safe with threads and CUDA). startup.py.
-DEFAULT_CONTEXT = AUTO
 
 
 @dataclass(frozen=True)
@@ -99,124 +105,75 @@ class Deadline:
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """``VecSampler``'s constructor arguments, validated (see its docstring for each)."""
+    """What a ``VecSampler`` runs: its envs, its ``Options`` and the layout derived from both
+    (how many slots, which envs each steps, the start method and spin "auto" chose)."""
 
     env_fns: tuple[EnvFn, ...]
-    num_workers: int
-    seed: int | None
-    autoreset_mode: AutoresetMode
-    infos: bool
+    options: Options
+    #: The start method ``options.context`` resolved to ("auto" becomes fork or forkserver).
     context: str
-    deadline: float | None
-    threads_per_worker: int | None
-    cpu_affinity: tuple[tuple[int, ...] | None, ...]
-    check_actions: bool
-    restart: bool
-    max_restarts: int
+    #: The spin before sleeping, in seconds (``options.spin_us``, or the automatic choice).
     spin_s: float
-    #: How long building the envs may take (seconds; None: no bound).
-    startup_deadline: float | None = STARTUP_DEADLINE
-    #: Blocks may differ by one env when num_workers does not divide num_envs.
-    uneven_split: bool = False
-    #: Workers (handshake slots, env blocks) served by one process: 2 with ``pipeline=True``,
-    #: so the process steps one half of its envs while the parent computes the other's actions.
+    #: Each slot's cores (None: the OS chooses); a process's slots share its cores.
+    cpu_affinity: tuple[tuple[int, ...] | None, ...]
+    #: Slots (handshake slots, env blocks: the step API's workers) served by one process: 2
+    #: with ``pipeline=True``, so the process steps one half of its envs while the parent
+    #: computes the other's actions.
     slots_per_process: int = 1
 
     @property
     def num_envs(self) -> int:
         return len(self.env_fns)
 
+    # No ``num_workers`` here: it counted slots before issue 23, and code that still reads it
+    # should fail, not get the processes. ``options.num_workers`` counts the processes.
+
     @property
-    def processes(self) -> int:
-        """Worker processes: ``num_workers`` (the step API's workers) ÷ ``slots_per_process``."""
-        return self.num_workers // self.slots_per_process
+    def num_slots(self) -> int:
+        """The step API's workers: ``num_workers * slots_per_process``."""
+        return self.options.num_workers * self.slots_per_process
 
     def slots(self, process: int) -> range:
-        """The workers that process ``process`` serves."""
+        """The slots that process ``process`` serves."""
         k = self.slots_per_process
         return range(process * k, (process + 1) * k)
 
     def process_slots(self, w: int) -> range:
-        """The workers served by the process that serves worker ``w`` (``w`` and, pipelined,
-        its other half)."""
+        """The slots served by the process that serves slot ``w`` (``w`` and, pipelined, its
+        other half)."""
         return self.slots(w // self.slots_per_process)
 
     @property
-    def envs_per_worker(self) -> int:
+    def envs_per_slot(self) -> int:
         """The block size (the largest block, with an uneven split)."""
-        return -(-self.num_envs // self.num_workers)
+        return -(-self.num_envs // self.num_slots)
 
-    def bounds(self, worker: int) -> tuple[int, int]:
-        """The global env ids ``[lo, hi)`` that ``worker`` steps (a contiguous block); with an
-        uneven split the first ``num_envs % num_workers`` blocks hold one env more."""
-        base, extra = divmod(self.num_envs, self.num_workers)
-        lo = worker * base + min(worker, extra)
-        return lo, lo + base + (1 if worker < extra else 0)
+    def bounds(self, slot: int) -> tuple[int, int]:
+        """The global env ids ``[lo, hi)`` that ``slot`` steps (a contiguous block); with an
+        uneven split the first ``num_envs % num_slots`` blocks hold one env more."""
+        base, extra = divmod(self.num_envs, self.num_slots)
+        lo = slot * base + min(slot, extra)
+        return lo, lo + base + (1 if slot < extra else 0)
 
     @classmethod
     def build(
-        cls,
-        env_fns: Sequence[EnvFn] | str | HostedVector,
-        *,
-        num_envs: int | None = None,
-        env_kwargs: dict[str, Any] | None = None,
-        num_workers: int = 1,
-        seed: int | None = None,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-        infos: bool = True,
-        context: str = DEFAULT_CONTEXT,
-        deadline: float | None = DEFAULT_DEADLINE,
-        threads_per_worker: int | None = 1,
-        cpu_affinity: Sequence[Sequence[int]] | bool | None = None,
-        check_actions: bool = True,
-        restart: bool = False, max_restarts: int = 3,
-        spin_us: float | None = None, uneven_split: bool = False,
-        startup_deadline: float | None = STARTUP_DEADLINE, pipeline: bool = False,
+        cls, env_fns: Sequence[EnvFn] | str | HostedVector, options: Options, *,
+        num_envs: int | None = None, env_kwargs: dict[str, Any] | None = None,
     ) -> SamplerConfig:
-        fns = env_factories(env_fns, num_envs, env_kwargs, check_mode(autoreset_mode))
-        processes = check_workers(num_workers, len(fns), uneven_split)
-        k = check_pipeline(pipeline, processes, len(fns), uneven_split)
+        """The envs' factories and the layout, after the checks that need the envs."""
+        o = options
+        fns = env_factories(env_fns, num_envs, env_kwargs, o.autoreset_mode)
+        check_workers(o.num_workers, len(fns), o.uneven_split)
+        k = check_pipeline(o.pipeline, o.num_workers, len(fns), o.uneven_split)
         return cls(
-            env_fns=tuple(fns),
-            num_workers=processes * k,
-            seed=None if seed is None else check_seed(seed),
-            autoreset_mode=check_mode(autoreset_mode),
-            infos=bool(infos),
-            context=resolve_context(context),
-            deadline=check_seconds(deadline, "deadline"),
-            threads_per_worker=_optional_int(threads_per_worker, "threads_per_worker"),
-            cpu_affinity=per_slot(check_affinity(cpu_affinity, processes), k),
-            check_actions=bool(check_actions),
-            restart=bool(restart),
-            max_restarts=check_int(max_restarts, "max_restarts", minimum=0),
-            spin_s=spin_seconds(spin_us, processes),
-            uneven_split=bool(uneven_split),
-            startup_deadline=check_seconds(startup_deadline, "startup_deadline"),
+            env_fns=tuple(fns), options=o, context=resolve_context(o.context),
+            spin_s=spin_seconds(o.spin_us, o.num_workers),
+            cpu_affinity=per_slot(check_affinity(o.cpu_affinity, o.num_workers), k),
             slots_per_process=k,
         )
 
 
 # --- checks shared by every constructor ---------------------------------------------------------
-
-
-def check_int(value: Any, name: str, minimum: int = 1, fix: str = "") -> int:
-    """``value`` as an int ``>= minimum``; a bool, a float or a smaller int is a ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ConfigError(name=name, expected=f"an int >= {minimum}", got=value, fix=fix)
-    return int(value)
-
-
-def _optional_int(value: Any, name: str) -> int | None:
-    return None if value is None else check_int(value, name)
-
-
-def check_seconds(value: Any, name: str) -> float | None:
-    """``value`` as seconds (a real number >= 0) or None; anything else is a ConfigError."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) >= 0:
-        raise ConfigError(name=name, expected="None or a number of seconds >= 0", got=value)
-    return None if math.isinf(value) else float(value)  # inf: no bound, as None
 
 
 def env_factories(
@@ -272,10 +229,8 @@ def check_workers(num_workers: Any, num_envs: int, uneven_split: bool = False) -
     return workers
 
 
-def check_pipeline(pipeline: Any, processes: int, num_envs: int, uneven_split: bool) -> int:
+def check_pipeline(pipeline: bool, processes: int, num_envs: int, uneven_split: bool) -> int:
     """Slots per process: 2 with ``pipeline`` (each process's block splits in two halves)."""
-    if not isinstance(pipeline, bool):
-        raise ConfigError(name="pipeline", expected="True or False", got=pipeline)
     if not pipeline:
         return 1
     if uneven_split or num_envs % (2 * processes):
@@ -290,26 +245,15 @@ def check_pipeline(pipeline: Any, processes: int, num_envs: int, uneven_split: b
 
 def per_slot(per_process: tuple[tuple[int, ...] | None, ...],
              k: int) -> tuple[tuple[int, ...] | None, ...]:
-    """A per-process setting repeated for each of the ``k`` workers a process serves."""
+    """A per-process setting repeated for each of the ``k`` slots a process serves."""
     return tuple(value for value in per_process for _ in range(k))
-
-
-def check_mode(mode: AutoresetMode | str) -> AutoresetMode:
-    """An ``AutoresetMode`` from ours, gymnasium's, or their string value."""
-    if isinstance(mode, AutoresetMode):
-        return mode
-    value = getattr(mode, "value", mode)  # accepts gymnasium's own AutoresetMode enum too
-    try:
-        return AutoresetMode(value)
-    except ValueError:
-        choices = [m.value for m in AutoresetMode]
-        raise ConfigError(name="autoreset_mode", expected=f"one of {choices}", got=mode) from None
 
 
 def check_affinity(
     value: Sequence[Sequence[int]] | bool | None, workers: int
 ) -> tuple[tuple[int, ...] | None, ...]:
-    """One core list (or None) per worker: True pins worker w to the w-th usable core."""
+    """One core list (or None) per worker process: True pins worker w to the w-th usable core
+    (a machine's fact, so it is resolved here, not in Options)."""
     if value is None or value is False:
         return (None,) * workers
     if value is True:
@@ -333,11 +277,11 @@ def usable_cores() -> int:
 
 
 def spin_seconds(spin_us: float | None, num_workers: int) -> float:
-    """The spin before sleeping, in seconds: ``spin_us``, or AUTO_SPIN_US while cores suffice."""
+    """The spin before sleeping, in seconds: ``spin_us`` (checked by Options), or AUTO_SPIN_US
+    while every worker process can have a core of its own."""
     if spin_us is None:
         # Without an affinity mask (off Linux) the cores we get are unknown: spin for a
         # single worker only, rather than steal CPU from workers that may share a core.
         cores = usable_cores() if hasattr(os, "sched_getaffinity") else 1
         return AUTO_SPIN_US * 1e-6 if num_workers <= cores else 0.0
-    value = check_seconds(spin_us, "spin_us")
-    return 0.0 if value is None else value * 1e-6
+    return spin_us * 1e-6

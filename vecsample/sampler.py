@@ -7,23 +7,24 @@ after a recv returned stays pending and is returned by the next recv, so nothing
 returned twice. Results are zero-copy views into shared memory, valid until that worker is sent
 again (``copy=True`` returns copies). See docs/semantics.md.
 
-The jobs are split by module: ``config.py`` validates the arguments, ``pool.py`` owns the
-processes and the command RPC, ``protocol.py`` the worker state machine, ``restart.py`` the
-restart policy; this class is the API on top.
+The jobs are split by module: ``options.py`` checks the options, ``config.py`` derives the
+layout from them and the envs, ``pool.py`` owns the processes and the command RPC,
+``protocol.py`` the worker state machine, ``restart.py`` the restart policy; this class is the
+API on top, the synchronous commands to every env (reset, reset_task, call, get_attr, set_attr)
+included.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from vecsample import errors, hosted
 from vecsample._parent import signals
-from vecsample._parent.commands import EnvCommands
 from vecsample._parent.pool import WorkerPool
 from vecsample._parent.replay import NO_LOG, NoLog, open_log
 from vecsample._parent.restart import FailurePolicy, RaiseFailures, Restarts
@@ -31,14 +32,12 @@ from vecsample._parent.stats import Meter, PhaseSource
 from vecsample._parent.stepping import StepChannel
 from vecsample._wire import handshake
 from vecsample._wire.handshake import HandshakeState
-from vecsample._wire.protocol import AutoresetMode, EnvFn, Space, WorkerState
-from vecsample._wire.replay_log import PathArg
+from vecsample._wire.protocol import AutoresetMode, Command, EnvFn, Space, WorkerState
 from vecsample._wire.shm import STAT_FIELDS, SharedBuffers
 from vecsample._wire.spaces import Actions, ActionWriter, leaves
 from vecsample.config import (
     DEFAULT_CONTEXT,
     DEFAULT_DEADLINE,
-    STARTUP_DEADLINE,
     Deadline,
     EnvMaker,
     SamplerConfig,
@@ -46,13 +45,17 @@ from vecsample.config import (
     usable_cores,
 )
 from vecsample.hosted import HostedVector
+from vecsample.options import Options, check_options
 from vecsample.results import Infos, StepResult
 from vecsample.seeding import EnvSeeds, SeedArg
 
-__all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "EnvMaker", "VecSampler", "usable_cores"]
+__all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "EnvMaker", "Options", "VecSampler",
+           "usable_cores"]
+
+T = TypeVar("T")
 
 
-class VecSampler(EnvCommands):
+class VecSampler:
     """N worker processes, each stepping a contiguous block of ``num_envs // num_workers`` envs.
 
     Args:
@@ -61,47 +64,15 @@ class VecSampler(EnvCommands):
             worker for its whole block (``num_envs`` here or in it; docs/semantics.md).
         num_envs: with an env id, how many envs; with factories, optional, must match.
         env_kwargs: keyword arguments for ``gym.make`` with an env id.
-        num_workers: worker processes; must divide the number of envs, unless
-            ``uneven_split`` (then the blocks differ by at most one env).
-        seed: env ``j`` is seeded with child ``j`` of ``SeedSequence(seed)`` on the first
-            ``reset()``, whatever the worker split. None: unseeded.
-        autoreset_mode: ``"SameStep"`` (default: an ended env is reset in the same step, its
-            last observation in ``final_obs``), ``"NextStep"`` (gymnasium's default) or
-            ``"Disabled"``; gymnasium's ``AutoresetMode`` works too.
-        infos: collect the envs' info dicts (pickled through the pipes; off saves that cost).
-        context: the start method: ``"auto"`` (default) is fork on Linux while the parent
-            has no other thread, else forkserver; or "fork", "forkserver", "spawn". Factories
-            travel by cloudpickle (lambdas and closures work); spawn and forkserver re-import
-            the main script, which then needs ``if __name__ == "__main__":``.
-        deadline: how long a wait for workers may last, in seconds (None or inf: forever):
-            the whole wait of ``step``/``step_recv``, and each wait inside a command (``reset``,
-            ``call``, ...; their own ``deadline=`` bounds the whole call). A silent worker is
-            then reported hung, or respawned with ``restart``. docs/semantics.md, "What each
-            timeout and deadline bounds", has the table.
-        startup_deadline: how long building a worker's envs may take (120 s by default).
-        threads_per_worker: caps the BLAS/OpenMP/torch threads of each worker (None: leave).
-        cpu_affinity: True pins worker ``w`` to the ``w``-th usable core; a list gives each
-            worker its cores; None leaves scheduling to the OS.
-        check_actions: reject actions outside the action space before sending (an
-            ActionError naming the rows); gymnasium's vector envs do not check.
         observation_space: skip building an env in the parent to read the space.
         action_space: likewise for the action space.
-        restart: respawn a worker that died, raised or hung, and return its envs reset,
-            flagged ``restarted`` and truncated, instead of raising (docs/reliability.md).
-        max_restarts: restarts allowed over the sampler's life (one more: RestartLimitError).
-        spin_us: microseconds both sides poll shared memory before sleeping on a pipe
-            (None: 200 while every worker can have a core of its own, else 0).
-        uneven_split: allow a num_workers that does not divide the envs.
-        record: append the arrival order of every step_recv, the sends, resets and restarts
-            to this file; ``replay=`` that file makes a later run return the same data.
-        replay: make each step_recv return the workers recorded in this file, in its order
-            (ReplayDivergedError at the first call the log does not have). docs/semantics.md.
-        pipeline: each process serves its block as two halves, two workers of the step API
-            (``num_workers`` is then twice the processes): it steps one half while you compute
-            the other's actions. Use it with step_send/step_recv (docs/semantics.md).
+        options: the sampler's ``Options`` (vecsample/options.py: every option, its default and
+            its meaning); None: the defaults.
+        **overrides: any ``Options`` field by name (``num_workers=4, seed=0``), applied on top
+            of ``options``; an unknown name is a ConfigError naming the closest field.
 
     Raises:
-        ConfigError: an argument that cannot work (the message says which and how to fix it).
+        ConfigError: an option that cannot work (the message says which and how to fix it).
         UnsupportedSpaceError: a space that cannot live in shared memory.
         EnvFactoryError: a factory that cannot be pickled, or raised while building.
 
@@ -123,58 +94,75 @@ class VecSampler(EnvCommands):
         *,
         num_envs: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
-        num_workers: int = 1,
-        seed: int | None = None,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-        infos: bool = True,
-        context: str = DEFAULT_CONTEXT,
-        deadline: float | None = DEFAULT_DEADLINE,
-        threads_per_worker: int | None = 1,
-        cpu_affinity: Sequence[Sequence[int]] | bool | None = None,
-        check_actions: bool = True,
         observation_space: Space | None = None,
         action_space: Space | None = None,
-        restart: bool = False,
-        max_restarts: int = 3,
-        spin_us: float | None = None,
-        uneven_split: bool = False,
-        startup_deadline: float | None = STARTUP_DEADLINE,
-        record: PathArg | None = None, replay: PathArg | None = None, pipeline: bool = False,
+        options: Options | None = None,
+        **overrides: Any,
     ) -> None:
         self._closed = True  # until the workers are up; close() is then a no-op
-        c = self.config = SamplerConfig.build(
-            env_fns, num_envs=num_envs, env_kwargs=env_kwargs, num_workers=num_workers,
-            seed=seed, autoreset_mode=autoreset_mode, infos=infos, context=context,
-            deadline=deadline, threads_per_worker=threads_per_worker,
-            cpu_affinity=cpu_affinity, check_actions=check_actions, restart=restart,
-            max_restarts=max_restarts, spin_us=spin_us, uneven_split=uneven_split,
-            startup_deadline=startup_deadline, pipeline=pipeline,
-        )
-        self.num_envs, self.num_workers, self.envs_per_worker = c.num_envs, c.num_workers, (
-            c.envs_per_worker)
-        self.num_processes = c.processes
-        self.autoreset_mode, self.deadline, self.context = c.autoreset_mode, c.deadline, c.context
-        self.restart, self.max_restarts, self.spin_s, self.check_actions = (
-            c.restart, c.max_restarts, c.spin_s, c.check_actions)
-        self._start(*_probe_spaces(c.env_fns[0], observation_space, action_space), record, replay)
+        chosen = check_options(options).replace(**overrides)
+        self.config = SamplerConfig.build(env_fns, chosen, num_envs=num_envs,
+                                          env_kwargs=env_kwargs)
+        self._start(*_probe_spaces(self.config.env_fns[0], observation_space, action_space))
 
-    def _start(self, obs_space: Space, act_space: Space, record: PathArg | None,
-               replay: PathArg | None) -> None:
+    @property
+    def options(self) -> Options:
+        """Every option this sampler was built with (``print`` shows them all)."""
+        return self.config.options
+
+    @property
+    def num_envs(self) -> int:
+        return self.config.num_envs
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes: ``options.num_workers``, with ``pipeline`` too."""
+        return self.config.options.num_workers
+
+    @property
+    def num_slots(self) -> int:
+        """The workers of the step API, what ``step_send(w)`` indexes and ``StepResult.worker``
+        names: ``2 * num_workers`` with ``pipeline`` (a process serves two halves), else
+        ``num_workers``."""
+        return self.config.num_slots
+
+    @property
+    def envs_per_worker(self) -> int:
+        """Envs per worker process (the largest block, with ``uneven_split``)."""
+        return -(-self.num_envs // self.num_workers)
+
+    @property
+    def envs_per_slot(self) -> int:
+        """The rows of one ``step_send``: ``envs_per_worker``, halved with ``pipeline`` (the
+        largest block, with ``uneven_split``)."""
+        return self.config.envs_per_slot
+
+    @property
+    def autoreset_mode(self) -> AutoresetMode:
+        return self.config.options.autoreset_mode
+
+    @property
+    def context(self) -> str:
+        """The start method in use: ``options.context``, with "auto" resolved."""
+        return self.config.context
+
+    def _start(self, obs_space: Space, act_space: Space) -> None:
         self.single_observation_space, self.single_action_space = obs_space, act_space
-        self._wait = Deadline(self.deadline)  # one wait of step()/step_recv(), every call
-        self._actions = ActionWriter(act_space, self.check_actions)
-        self._everyone = list(range(self.num_workers))
-        self._buffers = SharedBuffers(obs_space, act_space, self.num_envs, self.num_workers)
+        o = self.config.options
+        self._wait = Deadline(o.deadline)  # one wait of step()/step_recv(), every call
+        self._actions = ActionWriter(act_space, o.check_actions)
+        self._everyone = list(range(self.num_slots))
+        self._buffers = SharedBuffers(obs_space, act_space, self.num_envs, self.num_slots)
         self._meter = Meter()  # stats(): our timers and the phases of code built on us
         ordered = handshake.ORDERED  # read once: tests force the unordered protocol through it
         self._pool = WorkerPool(self.config, self._buffers, ordered)
         self._states = self._pool.states
         self._channel = StepChannel(self.config, self._buffers, self._pool, ordered, self._meter)
-        self._seeds = EnvSeeds(self.config.seed, self.num_envs)
+        self._seeds = EnvSeeds(o.seed, self.num_envs)
         #: What a worker that died, raised or hung becomes, chosen here once: nothing below
         #: asks ``restart`` again (restart.py).
         self._failures: FailurePolicy = (
-            Restarts(self.config, self._pool, self._channel, self._seeds) if self.restart
+            Restarts(self.config, self._pool, self._channel, self._seeds) if o.restart
             else RaiseFailures())
         #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
         self.restart_log = self._failures.log
@@ -182,10 +170,9 @@ class VecSampler(EnvCommands):
         self._no_frozen = (hosted.is_hosted(self.config.env_fns)
                            and self.autoreset_mode is AutoresetMode.DISABLED)
         self._heal = self._failures.heal_hook
-        self._restarts = self._failures  # EnvCommands' name for it (remember)
         self._closed = False
         try:
-            self._log = open_log(record, replay, self.config, self._failures)
+            self._log = open_log(o.record, o.replay, self.config, self._failures)
             self._pool.start()
         except BaseException:
             self.close(timeout=1.0)  # a worker that failed to build will not exit politely
@@ -208,7 +195,8 @@ class VecSampler(EnvCommands):
     # --- the hot path ----------------------------------------------------------------------------
 
     def step_send(self, worker: int, actions: Actions) -> None:
-        """Writes ``worker``'s actions (envs_per_worker rows) to shared memory and starts it.
+        """Writes ``worker``'s actions (``envs_per_slot`` rows) to shared memory and starts it;
+        ``worker`` is a worker of the step API, below ``num_slots``.
 
         A KeyboardInterrupt out of this call means the step was not posted: the worker is still
         idle and no step_recv returns a result for it. A SIGINT that comes once the step is
@@ -307,7 +295,7 @@ class VecSampler(EnvCommands):
         ``deadline``: seconds the whole call may take, restarts included (None: the sampler's
         ``deadline`` bounds each wait, ``startup_deadline`` a restarted worker's build).
         """
-        bound = Deadline.of_call(deadline, self.deadline)
+        bound = Deadline.of_call(deadline, self.config.options.deadline)
         self._expect_commandable("reset", bound)
         flags = _check_mask(mask, self.num_envs)
         self._log.reset(seed, options, flags)
@@ -316,11 +304,56 @@ class VecSampler(EnvCommands):
         self._channel.drop_held()  # respawned workers were reset too: no restart to report
         return self._channel.all_views.obs, infos
 
+    def reset_task(self, tasks: Sequence[object], *, deadline: float | None = None) -> None:
+        """Gives env j the task ``tasks[j]`` through ``env.unwrapped.reset_task``.
+
+        ``deadline`` (here and in the other commands): seconds the whole call may take,
+        restarts included (None: the sampler's ``deadline`` bounds each wait, and
+        ``startup_deadline`` a restarted worker's build)."""
+        tasks = _per_env(tasks, self.num_envs, "tasks")
+        self._each(Command.RESET_TASK, lambda lo, hi: tasks[lo:hi], deadline)
+        self._failures.remember(Command.RESET_TASK, "", tasks)  # a respawned env gets it again
+
+    def call(self, name: str, /, *args: Any, deadline: float | None = None,
+             **kwargs: Any) -> list[Any]:
+        """Calls ``name`` on every env (or reads it, if not callable); one result per env.
+        ``call_with`` passes the env's method a keyword that is itself named ``deadline``."""
+        return self.call_with(name, args, kwargs, deadline=deadline)
+
+    def call_with(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+                  *, deadline: float | None = None) -> list[Any]:
+        """``call(name, *args, **kwargs)``, the method's arguments given as they are."""
+        name, args, kwargs = _check_name(name), tuple(args), dict(kwargs or {})
+        return self._each(Command.CALL, lambda lo, hi: (name, args, kwargs), deadline)
+
+    def get_attr(self, name: str, *, deadline: float | None = None) -> list[Any]:
+        """The attribute ``name`` of every env, through its wrappers; one value per env."""
+        name = _check_name(name)
+        return self._each(Command.GET_ATTR, lambda lo, hi: name, deadline)
+
+    def set_attr(self, name: str, values: object, *, deadline: float | None = None) -> None:
+        """Sets ``name`` on every env: a list gives one value per env, anything else is shared."""
+        name = _check_name(name)
+        if isinstance(values, (list, tuple)):
+            values = _per_env(values, self.num_envs, "values")
+        else:
+            values = [values] * self.num_envs
+        self._each(Command.SET_ATTR, lambda lo, hi: (name, values[lo:hi]), deadline)
+        self._failures.remember(Command.SET_ATTR, name, values)  # a respawned env gets it again
+
+    def _each(self, command: Command, payload: Callable[[int, int], object],
+              deadline: float | None) -> list[Any]:
+        """``command`` to every env, each worker getting ``payload(lo, hi)`` of its block."""
+        bound = Deadline.of_call(deadline, self.config.options.deadline)  # checked first
+        self._expect_commandable(command.name.lower(), bound)
+        self._log.command(command, payload(0, self.num_envs))  # a replay checks it first
+        return self._pool.each_env(command, payload, bound, self._heal)
+
     def _expect_commandable(self, call: str, deadline: Deadline | None = None) -> None:
         """Reads an interrupted command's replies; finds workers that died since their last call
         (and, with restart, respawns them), within ``deadline`` (default: the sampler's)."""
         self._check_open()
-        deadline = deadline or Deadline(self.deadline)
+        deadline = deadline or self._wait
         self._pool.settle(deadline, raise_deaths=self._heal is None)
         self._expect_all_idle(call, deadline)
 
@@ -377,7 +410,8 @@ class VecSampler(EnvCommands):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return (f"VecSampler({self.num_workers} workers x {self.envs_per_worker} envs, "
+        halves = f" in {self.num_slots} halves" if self.num_slots != self.num_workers else ""
+        return (f"VecSampler({self.num_workers} workers x {self.envs_per_worker} envs{halves}, "
                 f"{self.autoreset_mode.value}, {self.context}, {state})")
 
 
@@ -416,3 +450,19 @@ def _check_mask(mask: object, num_envs: int) -> np.ndarray | None:
     if not mask.any():
         raise errors.ConfigError("mask selects no env; set at least one entry to True.")
     return mask
+
+
+def _per_env(values: Sequence[T], num_envs: int, name: str) -> list[T]:
+    items = list(values)
+    if len(items) != num_envs:
+        raise errors.ConfigError(
+            f"{name} needs one entry per env: expected {num_envs}, got {len(items)}; pass a "
+            f"list of {num_envs}."
+        )
+    return items
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise errors.ConfigError(name="attribute name", expected="a non-empty str", got=name)
+    return name

@@ -39,6 +39,7 @@ from vecsample import errors
 from vecsample._wire.protocol import AutoresetMode
 from vecsample._wire.spaces import copy_tree, flatten, index_tree, unflatten
 from vecsample.config import env_factories
+from vecsample.options import Options, adapted
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler, usable_cores
 
@@ -48,8 +49,8 @@ __all__ = ["EnvAttributeError", "EnvIndexError", "VecEnv"]
 HELPER = "_vecsample_sb3"
 #: VecSampler options this adapter sets itself: SB3's API needs them as they are.
 _FIXED = {
-    "autoreset_mode": "SB3 resets an ended env in the same step (autoreset_mode='SameStep')",
-    "infos": "SB3 returns every env's info dict (infos=True)",
+    "autoreset_mode": (AutoresetMode.SAME_STEP, "SB3 resets an ended env in the same step"),
+    "infos": (True, "SB3 returns every env's info dict"),
 }
 
 #: One env's answer to a request: (True, cloudpickled value) or (False, error fields).
@@ -74,15 +75,21 @@ class VecEnv(_SB3VecEnv):
             converted as SubprocVecEnv does). Lambdas and closures work under every start
             method: each factory travels by cloudpickle.
         start_method: SubprocVecEnv's argument: the multiprocessing start method ("fork",
-            "forkserver", "spawn"); None: vecsample's default. Passed on as ``context``.
+            "forkserver", "spawn"); None: vecsample's default. It is the ``context`` option
+            under SB3's name (give one of the two).
         num_workers: Worker processes, each stepping ``len(env_fns) // num_workers`` envs one
             after another; must divide ``len(env_fns)`` unless ``uneven_split=True``. None:
-            the largest divisor not above the usable cores (SubprocVecEnv: one per env).
+            ``options``' if set, else the largest divisor not above the usable cores
+            (SubprocVecEnv: one per env).
         check_actions: Reject actions outside the action space before sending (ActionError).
-            Off by default: SubprocVecEnv never checks, and SB3's ``unscale_action`` can land
-            one float rounding outside a Box. Shapes and dtypes are checked either way.
-        **sampler_kwargs: Passed on to ``VecSampler``: ``deadline``, ``restart``,
-            ``max_restarts``, ``seed``, ``cpu_affinity``, ``threads_per_worker``, ...
+            Off by default here, unlike ``Options``' default: SubprocVecEnv never checks, and
+            SB3's ``unscale_action`` can land one float rounding outside a Box. Shapes and
+            dtypes are checked either way.
+        options: The ``VecSampler`` underneath's ``vecsample.Options`` (``deadline``,
+            ``restart``, ``max_restarts``, ``seed``, ``cpu_affinity``, ...);
+            ``autoreset_mode`` ('SameStep') and ``infos`` (on) are SB3's and cannot change.
+        **overrides: ``Options`` fields by name, applied on top of ``options``; an unknown
+            name is a ``ConfigError`` naming the closest field.
 
     Raises:
         vecsample.errors.ConfigError: a bad ``start_method`` (a ValueError naming the choices),
@@ -112,22 +119,23 @@ class VecEnv(_SB3VecEnv):
         *,
         num_workers: int | None = None,
         check_actions: bool = False,  # as SubprocVecEnv: see the docstring and docs/sb3.md
-        **sampler_kwargs: Any,
+        options: Options | None = None,
+        **overrides: Any,
     ) -> None:
         self.waiting = False
         self.closed = True  # until the workers are up: close() is then a no-op
         fns = _factories(env_fns)
-        kwargs = _sampler_options(start_method, sampler_kwargs)
+        given = _given(start_method, num_workers, check_actions, overrides)
         # SubprocVecEnv runs one process per env; vecsample groups envs so that the workers
         # do not outnumber the cores, unless the caller asks for more.
-        workers = _default_workers(len(fns)) if num_workers is None else num_workers
-        self._sampler = VecSampler(
-            fns, num_workers=workers, autoreset_mode=AutoresetMode.SAME_STEP, infos=True,
-            check_actions=check_actions, **kwargs)
+        chosen = adapted(options, given, where="vecsample.sb3.VecEnv", fixed=_FIXED,
+                         defaults={"num_workers": _default_workers(len(fns)),
+                                   "check_actions": False})
+        self._sampler = VecSampler(fns, options=chosen)
         self.closed = False
         s = self._sampler
         self.num_envs = s.num_envs  # read by get_attr, which SB3's __init__ calls
-        self._worker_of = [w for w in range(s.num_workers) for _ in s.worker_env_ids(w)]
+        self._worker_of = [w for w in range(s.num_slots) for _ in s.worker_env_ids(w)]
         super().__init__(s.num_envs, s.single_observation_space, s.single_action_space)
 
     @property
@@ -302,25 +310,28 @@ def _factories(env_fns: Sequence[Callable[[], Any]]) -> list[_Factory]:
     return [_Factory(fn, i) for i, fn in enumerate(env_factories(env_fns, None, None))]
 
 
-def _sampler_options(start_method: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """VecSampler's keyword arguments: ``start_method`` becomes ``context``."""
-    for name, why in _FIXED.items():
-        if name in kwargs:
-            raise errors.ConfigError(f"{name} cannot be set on vecsample.sb3.VecEnv: {why}; "
-                                     f"remove {name}={kwargs[name]!r}.")
+def _given(start_method: str | None, num_workers: int | None, check_actions: bool,
+           overrides: dict[str, Any]) -> dict[str, Any]:
+    """The Options fields this call names: ``overrides``, ``start_method`` as ``context``, and
+    ``num_workers`` and ``check_actions`` where they differ from this class's defaults."""
+    given = dict(overrides)
+    if num_workers is not None:
+        given["num_workers"] = num_workers
+    if check_actions is not False:
+        given["check_actions"] = check_actions
     if start_method is None:  # vecsample's default ("auto"), not SB3's forkserver: startup.py
-        return kwargs
-    if "context" in kwargs:
+        return given
+    if "context" in overrides:
         raise errors.ConfigError(
-            f"start_method={start_method!r} and context={kwargs['context']!r} name the same "
-            f"setting; pass only one of them.")
+            f"start_method={start_method!r} and context={overrides['context']!r} name the "
+            f"same setting; pass only one of them.")
     methods = mp.get_all_start_methods()
     if start_method not in methods:
         # multiprocessing's own words are kept: code written for SubprocVecEnv may match them.
         raise errors.ConfigError(
             f"start_method must be one of {methods}, got {start_method!r} (multiprocessing: "
             f"cannot find context for {start_method!r}); pick one of those or pass None.")
-    return {**kwargs, "context": start_method}
+    return {**given, "context": start_method}
 
 
 def _default_workers(num_envs: int) -> int:

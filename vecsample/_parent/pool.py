@@ -74,7 +74,7 @@ class WorkerPool:
 
     def __init__(self, config: SamplerConfig, buffers: SharedBuffers, ordered: bool) -> None:
         self.config = config
-        self.states = WorkerStates(config.num_workers)
+        self.states = WorkerStates(config.num_slots)
         self._buffers = buffers
         self._ordered = ordered
         self._ctx: Any = mp.get_context(config.context)  # typeshed: BaseContext lacks Process
@@ -98,13 +98,13 @@ class WorkerPool:
     def start(self) -> None:
         """Starts every worker and waits until all have built their envs."""
         check_main_guard(self.config.context)
-        for p in range(self.config.processes):
+        for p in range(self.config.options.num_workers):
             proc, conns = self._spawn(self.config.slots(p))  # EnvFactoryError: caller closes
             self.procs += [proc] * len(conns)  # per worker: a process serves its slots
             self.conns += conns
         try:
-            self._await_built(range(self.config.num_workers),
-                              Deadline(self.config.startup_deadline))
+            self._await_built(range(self.config.num_slots),
+                              Deadline(self.config.options.startup_deadline))
         except errors.WorkerError as exc:
             raise errors.EnvFactoryError(
                 f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
@@ -281,7 +281,7 @@ class WorkerPool:
         """Resets the envs of ``workers`` (default: those with an env in ``mask``, or all);
         returns every env's reset info (empty for envs not reset)."""
         if workers is None:
-            workers = [w for w in range(self.config.num_workers)
+            workers = [w for w in range(self.config.num_slots)
                        if mask is None or mask[slice(*self.config.bounds(w))].any()]
 
         def payload(w: int) -> object:
@@ -302,7 +302,7 @@ class WorkerPool:
                  deadline: Deadline, heal: Heal | None) -> list[Any]:
         """``command`` to every worker with ``payload(lo, hi)`` of its block; one result per env."""
         hosted.check_command(self.config.env_fns, command)
-        workers = range(self.config.num_workers)
+        workers = range(self.config.num_slots)
         replies = self.request_or_heal(
             command, workers, lambda w: payload(*self.config.bounds(w)), deadline, heal)
         return [x for w in workers for x in replies[w]]
@@ -388,8 +388,8 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> Worke
     affinity = pool.config.cpu_affinity[w]
     return WorkerSpec(
         index=w, env_fns=fns, env_offset=lo, buffers=pool._buffers,
-        autoreset_mode=pool.config.autoreset_mode, infos=pool.config.infos,
-        threads=pool.config.threads_per_worker,
+        autoreset_mode=pool.config.options.autoreset_mode, infos=pool.config.options.infos,
+        threads=pool.config.options.threads_per_worker,
         cpu_affinity=None if affinity is None else list(affinity), parent_pid=os.getpid(),
         # PR_SET_PDEATHSIG fires when the creating *thread* exits: from another thread,
         # the worker relies on its watchdog (the parent's death is seen within 0.2 s).

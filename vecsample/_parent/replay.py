@@ -33,7 +33,6 @@ from vecsample import errors
 from vecsample._wire.protocol import Command
 from vecsample._wire.replay_log import (
     ADDRESS,
-    IDENTITY,
     VERSION,
     LogReader,
     LogWriter,
@@ -44,6 +43,7 @@ from vecsample._wire.replay_log import (
     seed_field,
 )
 from vecsample.config import EnvMaker, SamplerConfig
+from vecsample.options import Options
 from vecsample.results import StepResult
 
 if TYPE_CHECKING:  # passed in by the sampler, which builds them: no import at run time
@@ -57,15 +57,16 @@ FLUSH_EVERY = 1.0
 Schedule = tuple[list[int], float | None, list[StepResult]]
 
 
+#: The header fields that must match between the recorded sampler and the replaying one: the
+#: envs, and every option that is not marked ``TUNING`` (options.py says which are).
+IDENTITY = ("num_envs", "env_digest", *Options().identity())
+
+
 def header(config: SamplerConfig) -> dict[str, Any]:
-    """What identifies a run: the sampler's layout, its envs, its seed, the format."""
+    """What identifies a run: its envs, the options that decide what it samples, the format."""
     names = [_describe(fn) for fn in config.env_fns]
-    return {
-        "version": VERSION, "num_envs": config.num_envs, "num_workers": config.num_workers,
-        "env": names[0], "env_digest": digest("\n".join(names)),
-        "autoreset_mode": config.autoreset_mode.value, "seed": config.seed,
-        "restart": config.restart, "infos": config.infos,
-    }
+    return {"version": VERSION, "num_envs": config.num_envs, "env": names[0],
+            "env_digest": digest("\n".join(names)), **config.options.identity()}
 
 
 def _describe(fn: object) -> str:
@@ -136,13 +137,13 @@ class Recorder(NoLog):
         self._seen = len(restart_log)
         self._record = self._writer.record
         # The hot records, packed once: [SEND, w] for each worker, [SEND_ALL].
-        self._send = [_packed(Tag.SEND, w) for w in range(config.num_workers)]
+        self._send = [_packed(Tag.SEND, w) for w in range(config.num_slots)]
         self._send_all = _packed(Tag.SEND_ALL)
         # [RECV, [w...]] as bytes: the array's head for each length, then one byte per worker,
         # while msgpack writes a list under 16 entries of ints under 128 that way.
         self._recv_head = ([bytes((0x92, Tag.RECV, 0x90 | n))
-                            for n in range(config.num_workers + 1)]
-                           if config.num_workers < 16 else [])
+                            for n in range(config.num_slots + 1)]
+                           if config.num_slots < 16 else [])
         self._write = self._writer.write
         self._flush_at = time.monotonic() + FLUSH_EVERY
 
@@ -219,7 +220,7 @@ class Replayer(NoLog):
         #: The index of the current call (0: the construction), and why replay stopped.
         self.call = 0
         self.stopped: errors.ReplayError | None = None
-        self._seeded = config.seed is not None  # once true, every env has a seeded stream
+        self._seeded = config.options.seed is not None  # once true, every env has a seeded stream
         self._check_header(header(config))
 
     def _check_header(self, ours: dict[str, Any]) -> None:
@@ -231,8 +232,8 @@ class Replayer(NoLog):
                 raise errors.ReplayDivergedError(
                     path=self.path, call=0, expected=what.format(theirs.get(key), theirs["env"]),
                     got=what.format(ours[key], ours["env"]),
-                    fix="build the sampler as the recorded run did (same envs, workers, seed, "
-                        "autoreset_mode, restart and infos)")
+                    fix=f"build the sampler as the recorded run did (the same envs and "
+                        f"{', '.join(IDENTITY[2:])})")
 
     # --- the log, one call at a time -------------------------------------------------------------
 
@@ -315,7 +316,7 @@ class Replayer(NoLog):
         ordered = [got[w] for w in self._record[1]]
         if self._record[0] == Tag.RECV_ERROR:
             self._recorded = errors.DeadlineExceededError(
-                hung_workers=list(self._record[3]), deadline=self._config.deadline,
+                hung_workers=list(self._record[3]), deadline=self._config.options.deadline,
                 results=ordered)
             raise self._recorded
         return ordered

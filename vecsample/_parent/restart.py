@@ -151,7 +151,7 @@ class Restarts:
                 and not self._channel.settled(s, copy)]
         saved = {s: self._channel.views[s].copy_rows() for s in others if s not in lost}
         try:
-            reset_infos = self._respawn(w, deadline or Deadline(self._config.deadline))
+            reset_infos = self._respawn(w, deadline or Deadline(self._config.options.deadline))
         except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
             exc.results = [*results, *exc.results]
             raise
@@ -173,11 +173,11 @@ class Restarts:
 
     def _check_limit(self, w: int, reason: str, cause: BaseException,
                      results: list[StepResult]) -> None:
-        if len(self.log) >= self._config.max_restarts:
+        if len(self.log) >= self._config.options.max_restarts:
             self._pool.states.transition(w, WorkerState.FAILED)
             raise errors.RestartLimitError(
                 worker=w, reason=reason, history=self.log,
-                max_restarts=self._config.max_restarts, env=getattr(cause, "env", None),
+                max_restarts=self._config.options.max_restarts, env=getattr(cause, "env", None),
                 remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
             ) from cause
 
@@ -207,7 +207,7 @@ class Restarts:
         self._pool.stop(w)
         for s in slots:  # after the old process is gone: nothing can write behind us
             self._channel.forget(s)
-        self._pool.respawn(w, deadline.per(self._config.startup_deadline))
+        self._pool.respawn(w, deadline.per(self._config.options.startup_deadline))
         self._set_again(list(slots), deadline)
         lo, hi = self._config.bounds(slots[0])[0], self._config.bounds(slots[-1])[1]
         restarts = sum(1 for worker, _ in self.log if worker in slots)  # of this process

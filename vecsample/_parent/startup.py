@@ -25,27 +25,37 @@ import threading
 import warnings
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from vecsample._wire.protocol import EnvFn
 from vecsample.errors import ConfigError, MainGuardError
+
+if TYPE_CHECKING:  # an annotation only
+    from vecsample._wire.protocol import EnvFn
 
 AUTO = "auto"
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 _warned: set[str] = set()  # warnings given once per process
 
 
+def check_context(requested: object, name: str = "context") -> str:
+    """``requested`` if it is ``"auto"`` or a start method of this platform."""
+    methods = mp.get_all_start_methods()
+    if requested != AUTO and requested not in methods:
+        raise ConfigError(name=name, expected=f"'auto' or one of {methods}", got=requested,
+                          fix="'auto' forks while the parent has no other thread, else it "
+                          "uses forkserver")
+    return str(requested)
+
+
 def resolve_context(requested: str) -> str:
     """The start method to use: ``requested``, or for ``"auto"`` fork when it is safe."""
     methods = mp.get_all_start_methods()
-    if requested == AUTO:
+    if check_context(requested) == AUTO:
         if "fork" in methods and sys.platform.startswith("linux") and _single_threaded():
             return "fork"
         return "forkserver" if "forkserver" in methods else "spawn"
-    if requested not in methods:
-        raise ConfigError(name="context", expected=f"'auto' or one of {methods}", got=requested)
     if requested == "fork" and not _single_threaded():
         # Forking a multi-threaded parent can deadlock the child on a lock held by another
         # thread; allowed because it is fast and often fine, but the user should know, once.

@@ -60,16 +60,16 @@ class StepChannel:
         self._states = pool.states
         self._buffers = buffers
         self._action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
-        self._hs = ParentSide(buffers.control(), config.num_workers, pool.ring_reader,
+        self._hs = ParentSide(buffers.control(), config.num_slots, pool.ring_reader,
                               config.spin_s, ordered)
         #: The info columns given out so far (vecsample/_wire/infos.py).
         self._schema = Schema(buffers.infos)
         #: Views of every env's rows, and of each worker's block.
         self.all_views: Views = buffers.views()
-        self.views = [buffers.views(*config.bounds(w)) for w in range(config.num_workers)]
+        self.views = [buffers.views(*config.bounds(w)) for w in range(config.num_slots)]
         #: Each worker's env ids, computed once (the hot path reads them every step).
-        self.blocks = [range(*config.bounds(w)) for w in range(config.num_workers)]
-        self._flagged = [False] * config.num_workers  # restarted flags to clear on next send
+        self.blocks = [range(*config.bounds(w)) for w in range(config.num_slots)]
+        self._flagged = [False] * config.num_slots  # restarted flags to clear on next send
         #: Results read but not yet returned (a KeyboardInterrupt came between): the next
         #: collect returns them first; their workers stay STEPPING until then.
         self._stash: dict[int, StepResult] = {}
@@ -95,7 +95,7 @@ class StepChannel:
         signals.enter()
         try:
             self._post_all()
-            self.ring(range(self._config.num_workers))
+            self.ring(range(self._config.num_slots))
             self._timers["send_s"] += time.perf_counter() - started
         finally:
             signals.commit()  # the last call: no KeyboardInterrupt between the post and return
@@ -119,7 +119,7 @@ class StepChannel:
         """Posts every worker's step: one vectorised write, unless a worker has a held restart
         result or restart flags to clear."""
         if self._held or any(self._flagged):
-            for w in range(self._config.num_workers):
+            for w in range(self._config.num_slots):
                 self._post(w)
             return
         self._hs.post_all()

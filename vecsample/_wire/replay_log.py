@@ -1,7 +1,8 @@
 """The replay log's file format: a versioned header, then small msgpack records.
 
 The log: ``MAGIC``, the format version (uint16) and the header's length (uint32), a msgpack map
-(what identifies the run, ``header``), then one msgpack array ``[tag, fields...]`` per record
+(what identifies the run, ``header``: the layout and every option that decides what the
+run samples, ``Options.identity``), then one msgpack array ``[tag, fields...]`` per record
 (``Tag``). Records are appended as calls happen; a run that crashed leaves a log that reads up to
 its last complete record. The recorder and the replayer that use it are in replay.py.
 """
@@ -26,12 +27,10 @@ from vecsample._wire.protocol import Command
 
 #: The first bytes of every log.
 MAGIC = b"VSREPLAY"
-#: The format written; a reader accepts only this one (a different one is a ReplayLogError).
-VERSION = 1
+#: The format written; a reader accepts only this one. 2: the header holds every option of
+#: ``Options.identity`` and ``num_workers`` counts processes (1 counted pipelined halves).
+VERSION = 2
 _PREFIX = struct.Struct("<8sHI")  # magic, version, header length
-#: The header fields that must match between the recorded sampler and the replaying one.
-IDENTITY = ("num_envs", "num_workers", "env_digest", "autoreset_mode", "seed", "restart",
-            "infos")
 
 PathArg = str | os.PathLike[str]
 #: " at 0x7f...": the address in a default repr, different in every process.
@@ -138,6 +137,14 @@ class LogReader:
                               f"log", "pass the file that VecSampler(record=...) wrote")
         _, version, size = _PREFIX.unpack(prefix)
         self._base = _PREFIX.size + size  # where the records start
+        if version < VERSION:  # an older vecsample's: its header lacks options this one checks
+            self.close()
+            raise errors.ReplayDivergedError(
+                path=self.path, call=0, expected=f"a log in format version {version} (an "
+                "older vecsample's)", got=f"a sampler that replays version {VERSION}, whose "
+                "header holds every option that decides what a run samples",
+                fix="record the run again with this vecsample, or replay it with the vecsample "
+                "that recorded it")
         if version != VERSION:
             self.close()
             raise self._error(f"is in format version {version}, this vecsample reads version "

@@ -216,7 +216,7 @@ class SharedBuffers:
     observation_space: spaces.Space[Any]
     action_space: spaces.Space[Any]
     num_envs: int
-    num_workers: int
+    num_slots: int  # the step API's workers: one control row and stats row each
     obs_leaves: list[Leaf] = field(init=False)
     action_leaves: list[Leaf] = field(init=False)
     #: The sampler's shared memory; ``layout`` says where each buffer lies in it.
@@ -242,7 +242,7 @@ class SharedBuffers:
         n = self.num_envs
         # First, at the region's (page-aligned) start: int64 words, so the words the step
         # handshake polls are 8-byte aligned (atomic).
-        sizes = {"control": control_rows(self.num_workers) * CONTROL_WORDS * 8}
+        sizes = {"control": control_rows(self.num_slots) * CONTROL_WORDS * 8}
         for prefixes, leaf_list in ((("obs", "final_obs"), self.obs_leaves),
                                     (("act",), self.action_leaves)):
             for i, leaf in enumerate(leaf_list):
@@ -255,7 +255,7 @@ class SharedBuffers:
         sizes["rewards"] = n * 8
         for name in ("terminated", "truncated", "has_final_obs", "restarted"):
             sizes[name] = n
-        sizes["stats"] = self.num_workers * len(STAT_FIELDS) * 8
+        sizes["stats"] = self.num_slots * len(STAT_FIELDS) * 8
         sizes["info_rows"] = 2 * n * ROW_BYTES
         sizes["info_log"] = LOG_BYTES
         return sizes
@@ -328,11 +328,11 @@ class SharedBuffers:
                 arr[lo + j] = value
 
     def control(self) -> np.ndarray:
-        """The step handshake's (num_workers + 1, CONTROL_WORDS) int64 words (handshake.py)."""
-        shape = (control_rows(self.num_workers), CONTROL_WORDS)
+        """The step handshake's (num_slots + 1, CONTROL_WORDS) int64 words (handshake.py)."""
+        shape = (control_rows(self.num_slots), CONTROL_WORDS)
         return self._view("control", np.dtype(np.int64), shape)
 
     def stats(self) -> np.ndarray:
-        """The (num_workers, len(STAT_FIELDS)) float64 counters, written by the workers."""
-        shape = (self.num_workers, len(STAT_FIELDS))
+        """The (num_slots, len(STAT_FIELDS)) float64 counters, written by the workers."""
+        shape = (self.num_slots, len(STAT_FIELDS))
         return self._view("stats", np.dtype(np.float64), shape)

@@ -24,8 +24,9 @@ from vecsample import errors, hosted
 from vecsample._wire.protocol import AutoresetMode, EnvFn, Space
 from vecsample._wire.spaces import copy_tree
 from vecsample.adapters import vector_infos
-from vecsample.config import check_int, check_mode, env_factories
+from vecsample.config import env_factories
 from vecsample.hosted import HostedVector
+from vecsample.options import DEFAULTS, Options, adapted, check_int, check_mode
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler, usable_cores
 
@@ -65,9 +66,19 @@ class VectorEnv(gym.vector.VectorEnv):
         autoreset_mode: ``AutoresetMode`` (ours or gymnasium's) or its string value;
             ``NEXT_STEP`` by default, as in gymnasium.
         max_concurrency: At most this many envs run at once: caps the number of workers.
-        **sampler_kwargs: Passed on to ``VecSampler``: ``deadline``, ``restart``,
-            ``check_actions``, ``cpu_affinity``, ``record``, ``replay`` (docs/semantics.md), ...
-            (``infos`` is always on here, and ``uneven_split`` on by default).
+        num_envs: With a ``HostedVector``, how many envs (or give it to the HostedVector).
+        observation_space: Skip building env 0 in the parent to read the spaces (then
+            ``metadata`` and ``render_mode`` are read in a worker).
+        action_space: Likewise, for the action space.
+        options: The ``VecSampler`` underneath's ``vecsample.Options`` (``deadline``,
+            ``restart``, ``check_actions``, ``cpu_affinity``, ``record``, ``replay``, ...).
+            ``infos`` is always on here; ``uneven_split`` is on and ``autoreset_mode``
+            ``NEXT_STEP`` unless ``options`` (or the keywords) set them. The arguments above
+            that share a name with a field (``num_workers``, ``context``, ``autoreset_mode``)
+            replace its value when given.
+        **overrides: ``Options`` fields by name, applied on top of ``options``
+            (``deadline=5, restart=True``); an unknown name is a ``ConfigError`` naming the
+            closest field.
 
     Raises:
         vecsample.errors.ConfigError: a bad setting (worker count, autoreset mode, ...);
@@ -107,20 +118,20 @@ class VectorEnv(gym.vector.VectorEnv):
         observation_mode: Any = "same",
         autoreset_mode: str | Any = AutoresetMode.NEXT_STEP,
         max_concurrency: int | None = None,
-        **sampler_kwargs: Any,
+        num_envs: int | None = None,
+        observation_space: Space | None = None,
+        action_space: Space | None = None,
+        options: Options | None = None,
+        **overrides: Any,
     ) -> None:
         _check_options(worker, observation_mode, daemon)
-        fns = _factories(env_fns, autoreset_mode, sampler_kwargs)
-        obs_space, act_space, probed = _probe(fns, sampler_kwargs)
+        chosen = _vector_options(options, overrides, context, autoreset_mode)
+        fns, chosen = _envs_and_workers(env_fns, num_envs, num_workers, max_concurrency, chosen)
+        obs_space, act_space, probed = _probe(fns, observation_space, action_space)
         if shared_memory:
             _check_shared_memory(obs_space)
-        given = {} if context is None else {"context": context}
-        sampler_kwargs = {"uneven_split": True, **sampler_kwargs, **given}
-        self._sampler = VecSampler(
-            fns, num_workers=_worker_count(len(fns), num_workers, max_concurrency),
-            autoreset_mode=autoreset_mode, infos=True, observation_space=obs_space,
-            action_space=act_space, **sampler_kwargs)
-        s = self._sampler
+        s = self._sampler = VecSampler(fns, observation_space=obs_space,
+                                       action_space=act_space, options=chosen)
         self.env_fns, self.num_envs, self.context = fns, s.num_envs, s.context
         self.shared_memory, self.copy, self.daemon = bool(shared_memory), bool(copy), True
         self.worker, self.observation_mode, self.max_concurrency = None, "same", max_concurrency
@@ -320,10 +331,26 @@ class VectorEnv(gym.vector.VectorEnv):
 # --- constructor helpers -------------------------------------------------------------------------
 
 
-def _factories(env_fns: Sequence[EnvFn] | HostedVector, mode: Any,
-               kwargs: dict[str, Any]) -> list[EnvFn]:
-    """One factory per env; a HostedVector takes ``num_envs`` (popped from ``kwargs``)."""
-    return env_factories(env_fns, kwargs.pop("num_envs", None), None, check_mode(mode))
+def _vector_options(options: Options | None, overrides: dict[str, Any], context: str | None,
+                    autoreset_mode: Any) -> Options:
+    """The sampler's Options but ``num_workers``: gymnasium's defaults (NEXT_STEP) and
+    vecsample's for any env count (uneven_split) where neither argument nor ``options`` says
+    otherwise; infos always on (gymnasium's vector infos need them)."""
+    given = dict(overrides) if context is None else {**overrides, "context": context}
+    defaults: dict[str, Any] = {"uneven_split": True}
+    mode = check_mode(autoreset_mode)
+    (defaults if mode is AutoresetMode.NEXT_STEP else given)["autoreset_mode"] = mode
+    return adapted(options, given, where="vecsample.VectorEnv", defaults=defaults,
+                   fixed={"infos": (True, "gymnasium's vector infos are built from them")})
+
+
+def _envs_and_workers(env_fns: Sequence[EnvFn] | HostedVector, num_envs: int | None,
+                      num_workers: Any, max_concurrency: Any,
+                      chosen: Options) -> tuple[list[EnvFn], Options]:
+    """The env factories, and ``chosen`` with the worker count for that many envs."""
+    fns = env_factories(env_fns, num_envs, None, chosen.autoreset_mode)
+    workers = _worker_count(len(fns), num_workers, max_concurrency, chosen)
+    return fns, chosen.replace(num_workers=workers)
 
 
 def _check_options(worker: Any, observation_mode: Any, daemon: Any) -> None:
@@ -353,11 +380,10 @@ def _check_options(worker: Any, observation_mode: Any, daemon: Any) -> None:
 
 
 def _probe(
-    fns: list[EnvFn], kwargs: dict[str, Any]
+    fns: list[EnvFn], obs: Space | None, act: Space | None
 ) -> tuple[Space, Space, tuple[dict[str, Any], str | None] | None]:
-    """The spaces (``kwargs``' own, else env 0's) and, if env 0 was built here, its metadata
-    and render_mode; pops ``observation_space``/``action_space`` from ``kwargs``."""
-    obs, act = kwargs.pop("observation_space", None), kwargs.pop("action_space", None)
+    """The spaces (those given, else env 0's) and, if env 0 was built here, its metadata and
+    render_mode."""
     if hosted.is_hosted(fns):  # probed like VecSampler's; metadata read in a worker
         return (*hosted.probe_spaces(fns[0], obs, act), None)
     if obs is not None and act is not None:
@@ -411,13 +437,19 @@ def _check_shared_memory(space: Space) -> None:
         f"AsyncVectorEnv does.")
 
 
-def _worker_count(num_envs: int, num_workers: Any, max_concurrency: Any) -> int:
-    """``num_workers``, or the default; checks both against ``max_concurrency``."""
+def _worker_count(num_envs: int, num_workers: Any, max_concurrency: Any,
+                  options: Options) -> int:
+    """``num_workers``, else ``options``' if set, else one per usable core; checked against
+    ``max_concurrency``."""
     if isinstance(num_workers, bool):
         raise errors.ConfigError(
             name="num_workers", expected="None or an int >= 1", got=num_workers,
             fix="VectorEnv's second positional argument is num_workers (AsyncVectorEnv's is "
             "shared_memory): pass shared_memory= and the other AsyncVectorEnv options by keyword")
+    if num_workers is not None:  # checked as Options checks it, with its words
+        num_workers = options.replace(num_workers=num_workers).num_workers
+    elif options.num_workers != DEFAULTS.num_workers:
+        num_workers = options.num_workers
     limit = usable_cores()
     if max_concurrency is not None:
         cap = check_int(max_concurrency, "max_concurrency", fix="None puts no limit")
@@ -426,7 +458,7 @@ def _worker_count(num_envs: int, num_workers: Any, max_concurrency: Any) -> int:
                 f"num_workers={num_workers} would run more than max_concurrency={cap} envs at "
                 f"once (each worker runs one env at a time); pass num_workers <= {cap}.")
         limit = min(limit, cap)
-    return max(1, min(num_envs, limit)) if num_workers is None else int(num_workers)
+    return max(1, min(num_envs, limit)) if num_workers is None else num_workers
 
 
 # --- call helpers --------------------------------------------------------------------------------
@@ -562,7 +594,7 @@ def make_vec(
     copy: bool = True,
     env_kwargs: dict[str, Any] | None = None,
     vectorization: str | None = None,
-    **sampler_kwargs: Any,
+    **kwargs: Any,
 ) -> VectorEnv:
     """``gymnasium.make_vec`` for vecsample: ``num_envs`` copies of ``env_id`` in workers.
 
@@ -577,7 +609,7 @@ def make_vec(
         copy: As for :class:`VectorEnv` (``False``: views of shared memory).
         env_kwargs: Keyword arguments for every ``gymnasium.make`` call (not ``**kwargs``).
         vectorization: ``"vector_entry_point"`` or ``"sync"``: one vector env per worker.
-        **sampler_kwargs: Passed on to :class:`VectorEnv` (``shared_memory``, ``deadline``, ...).
+        **kwargs: Passed on to :class:`VectorEnv` (``shared_memory``, ``options``, ``deadline``).
 
     Raises:
         vecsample.errors.ConfigError: a bad ``num_envs``, ``num_workers`` or other setting.
@@ -592,7 +624,7 @@ def make_vec(
         >>> envs.close()
     """
     fns = _make_vec_fns(env_id, num_envs, dict(env_kwargs or {}), vectorization)
-    return VectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, copy=copy, **sampler_kwargs)
+    return VectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, copy=copy, **kwargs)
 
 
 def _make_vec_fns(env_id: str, num_envs: object, kwargs: dict[str, Any],

@@ -38,11 +38,12 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
 from vecsample import errors
 from vecsample._wire.protocol import AutoresetMode
-from vecsample.config import DEFAULT_CONTEXT, DEFAULT_DEADLINE, check_int, check_seconds
+from vecsample.config import DEFAULT_CONTEXT, DEFAULT_DEADLINE, check_int
 from vecsample.envs.base import Task, TaskEnv
 from vecsample.maml.episodes import BatchEpisodes
 from vecsample.maml.errors import TaskEnvError
 from vecsample.maml.losses import reinforce_loss
+from vecsample.options import DEFAULTS, Options, adapted
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.seeding import SeedStream
@@ -187,11 +188,19 @@ class MultiTaskSampler:
         context: The ``multiprocessing`` start method of the workers.
         deadline: Seconds a worker may stay silent before ``DeadlineExceededError``; None waits
             forever.
+        options: More of the ``VecSampler`` underneath's ``vecsample.Options`` (``restart``,
+            ``threads_per_worker``, ``cpu_affinity``, ``startup_deadline``, ...). ``seed``,
+            ``num_workers``, ``context`` and ``deadline`` above are the fields of the same
+            names, checked by ``Options`` with its words: each given here (not at its default)
+            replaces ``options``' value. This sampler sets ``autoreset_mode`` ('Disabled': one
+            episode per env and round), ``check_actions`` (off: Gaussian actions are clipped by
+            the envs), ``infos`` (on only for ``episode_info_keys``) and the VecSampler's seed
+            (drawn from ``seed``); ``pipeline``, ``record`` and ``replay`` are refused.
 
     Raises:
         TaskEnvError: The env has no ``sample_tasks`` / ``reset_task`` (not a task env).
-        ConfigError: ``batch_size``, ``num_workers``, ``seed`` or ``deadline`` is out of range
-            or of the wrong type.
+        ConfigError: ``batch_size``, ``num_workers``, ``seed``, ``context``, ``deadline`` or
+            an option is out of range or of the wrong type.
         gymnasium.error.Error: ``env_name`` is not registered.
 
     The workers start with the first ``sample_async``, and are rebuilt when the number of tasks
@@ -231,32 +240,51 @@ class MultiTaskSampler:
         *,
         context: str = DEFAULT_CONTEXT,
         deadline: float | None = DEFAULT_DEADLINE,
+        options: Options | None = None,
     ) -> None:
-        self.env_name = env_name
-        self.env_kwargs = dict(env_kwargs or {})
+        self.env_name, self.env_kwargs = env_name, dict(env_kwargs or {})
         self.batch_size = check_int(batch_size, "batch_size")
-        self.num_workers = check_int(num_workers, "num_workers")
+        chosen = _sampler_options(options, seed=seed, num_workers=num_workers, context=context,
+                                  deadline=deadline)
         self.policy = policy
         self.baseline = copy.deepcopy(baseline)  # fitted on every batch, by the sampling thread
         # Seeds drawn in order (task sampler, envs, action noise): 32-bit children of seed.
-        self._seeds = SeedStream(seed, dtype=np.uint32)
+        self._seeds = SeedStream(chosen.seed, dtype=np.uint32)
         self.seed = self._seeds.seed
-        self.context = context
-        self.deadline = check_seconds(deadline, "deadline")
         self.env = _task_env(env_name, self.env_kwargs, env, self._seeds.draw())
         #: Info keys the env reports at each episode's end (``episode_info_keys`` on the
         #: unwrapped env, e.g. Meta-World's ``episode_success``), logged per task in
         #: ``BatchEpisodes.logs[key]``: one value per episode, NaN where an episode had none.
         self.episode_info_keys = tuple(getattr(self.env.unwrapped, "episode_info_keys", ()))
+        # Infos cost a pickle per reply that has any; the task envs' (their task) go unread: on
+        # only for episode-end keys (Meta-World's success), whose infos come once per episode.
+        self._options = chosen.replace(infos=bool(self.episode_info_keys))
         # gym.make on the pickled EnvSpec: a spawned worker rebuilds any registered env (its
         # entry point is imported, which registers vecsample.envs' ids too).
         self._factory = functools.partial(gym.make, gym.spec(env_name), **self.env_kwargs)
         self._loop = _main_loop()
         self._vec: VecSampler | None = None
         self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._waiting = False
+        self._stop, self._waiting = threading.Event(), False
         self.closed = False
+
+    @property
+    def options(self) -> Options:
+        """The options of the VecSampler underneath (its seed and worker count are drawn and
+        capped per sample: see ``num_workers``)."""
+        return self._options
+
+    @property
+    def num_workers(self) -> int:
+        return self._options.num_workers
+
+    @property
+    def context(self) -> str:
+        return self._options.context
+
+    @property
+    def deadline(self) -> float | None:
+        return self._options.deadline
 
     # --- the API of pytorch-maml-rl ----------------------------------------------------------
 
@@ -397,7 +425,7 @@ class MultiTaskSampler:
             train=[[self._loop.create_future() for _ in tasks] for _ in range(num_steps)],
             valid=[self._loop.create_future() for _ in tasks],
             generators=_generators(self._seeds, 0 if self._vec is None else
-                                   self._vec.num_workers, device),
+                                   self._vec.num_slots, device),
         )
 
     # --- the sampling thread ----------------------------------------------------------------
@@ -478,7 +506,7 @@ class _Rollout:
     def run(self) -> list[BatchEpisodes]:
         obs, _ = self.vec.reset()
         self.obs = np.array(obs, dtype=np.float32)  # a copy: the shm view changes on every step
-        for w in range(self.vec.num_workers):
+        for w in range(self.vec.num_slots):
             self._send(w)
         while self.sent_at:
             for result in self._receive():
@@ -576,21 +604,36 @@ def _vec_sampler(sampler: MultiTaskSampler, num_envs: int, num_workers: int) -> 
     """The VecSampler of ``num_envs`` copies of the sampler's env."""
     return VecSampler(
         [sampler._factory] * num_envs,
-        num_workers=num_workers,
-        seed=sampler._seeds.draw(),
-        # One episode per env and round: an ended env stays frozen until the next reset.
-        autoreset_mode=AutoresetMode.DISABLED,
-        # Infos cost a pickle per worker reply that has any. The task envs put the task in
-        # every info, which nothing here reads: off, unless the env names episode-end keys
-        # (Meta-World's success), whose infos come once per episode.
-        infos=bool(sampler.episode_info_keys),
-        context=sampler.context,
-        deadline=sampler.deadline,
-        # Gaussian samples are unbounded; the task envs clip them, as pytorch-maml-rl's do.
-        check_actions=False,
         observation_space=sampler.env.observation_space,
         action_space=sampler.env.action_space,
+        options=sampler.options.replace(num_workers=num_workers, seed=sampler._seeds.draw()),
     )
+
+
+#: The options this sampler sets itself: (value, why).
+_FIXED: dict[str, tuple[Any, str]] = {
+    # One episode per env and round: an ended env stays frozen until the next reset.
+    "autoreset_mode": (AutoresetMode.DISABLED, "one episode per env and round"),
+    # Gaussian samples are unbounded; the task envs clip them, as pytorch-maml-rl's do.
+    "check_actions": (False, "the task envs clip Gaussian actions"),
+    "pipeline": (False, "each round steps every worker's whole block"),
+    "record": (None, "its VecSampler is rebuilt when the number of tasks changes"),
+    "replay": (None, "its VecSampler is rebuilt when the number of tasks changes"),
+}
+
+
+def _sampler_options(options: Options | None, **named: Any) -> Options:
+    """``options`` with the named arguments that differ from their defaults (Options' own)."""
+    given = {name: value for name, value in named.items()
+             if not _is_default(value, getattr(DEFAULTS, name))}
+    return adapted(options, given, where="MultiTaskSampler", fixed=_FIXED)
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except Exception:  # an odd value compares strangely: it is checked as given
+        return False
 
 
 def _generators(

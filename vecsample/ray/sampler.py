@@ -43,6 +43,7 @@ from vecsample import errors
 from vecsample._wire.protocol import AutoresetMode, EnvFn
 from vecsample._wire.spaces import Leaf, leaves
 from vecsample.config import DEFAULT_DEADLINE, check_int, check_seconds, env_factories
+from vecsample.options import Options, adapted
 from vecsample.ray.errors import ActorsLostError
 from vecsample.sampler import VecSampler
 from vecsample.seeding import child_seeds
@@ -247,9 +248,9 @@ class ActorSpec:
     actor_id: int
     env_fns: list[EnvFn]
     policy_fn: Callable[[], Policy]
-    num_workers: int
     seed: int | None
-    sampler_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: The actor's VecSampler's options (num_workers: workers_per_actor; autoreset SameStep).
+    options: Options = field(default_factory=Options)
 
 
 class SamplerActor:
@@ -263,10 +264,7 @@ class SamplerActor:
         # A restarted actor draws fresh env seeds from the OS: replaying the seeds of its first
         # life would sample the same episodes again.
         seed = None if reconstructed else spec.seed
-        sampler = VecSampler(
-            spec.env_fns, num_workers=spec.num_workers, autoreset_mode=AutoresetMode.SAME_STEP,
-            **spec.sampler_kwargs,
-        )
+        sampler = VecSampler(spec.env_fns, options=spec.options)
         try:
             self._collector = ChunkCollector(sampler, spec.policy_fn(), seed)
         except BaseException:
@@ -333,12 +331,21 @@ class _Slot:
         return self.deaths > max_restarts or self.failures_in_row > give_up_after
 
 
+def _fixed(workers_per_actor: int) -> dict[str, tuple[Any, str]]:
+    """The actors' VecSampler options this class sets itself: (value, why)."""
+    return {
+        "num_workers": (workers_per_actor, "it is workers_per_actor"),
+        "autoreset_mode": (AutoresetMode.SAME_STEP, "a Chunk's rows are SameStep transitions"),
+        "seed": (None, "each actor seeds its envs from its own child of RaySampler's seed"),
+    }
+
+
 def _start_actor(spec: ActorSpec, max_restarts: int) -> _Slot:
     """Asks Ray for the actor of ``spec``; it builds itself in the background."""
     handle = _remote_actor_class().options(
         # num_cpus = the env processes it spawns: they are the load Ray must not oversubscribe
         # (the actor's own process, running the policy, is not counted).
-        num_cpus=spec.num_workers,
+        num_cpus=spec.options.num_workers,
         # SPREAD (best effort): one actor per node when there are as many actors as nodes.
         scheduling_strategy="SPREAD",
         # Ray rebuilds a dead actor (same spec) up to max_restarts times...
@@ -381,17 +388,24 @@ class RaySampler:
         in_flight: Requests kept queued per actor (2: the actor samples the next chunk while
             the trainer works on this one). Chunks already queued finish under the weights they
             were sent with; each chunk's ``version`` says which.
-        max_restarts: How often Ray may rebuild each dead actor. The chunks in flight on a dead
-            actor are lost and counted in ``stats()``, never re-run; an actor that dies more
-            often is retired.
+        max_restarts: How often **Ray** may rebuild each dead **actor** (Ray's actor option of
+            that name). The chunks in flight on a dead actor are lost and counted in
+            ``stats()``, never re-run; an actor that dies more often is retired. Not
+            ``Options.max_restarts``, which bounds how often each actor's VecSampler respawns
+            one of its env processes (with ``restart=True``): set that one in ``options``.
         deadline: Seconds the actors may take to start, and one full ``recv`` may wait; None
-            waits forever.
-        sampler_kwargs: More keyword arguments of each actor's ``VecSampler`` (``context``,
-            ``infos``, ...), but not ``num_workers`` or ``autoreset_mode``, which this class sets.
+            waits forever. Each actor's VecSampler has its own, ``Options.deadline``.
+        options: Each actor's ``VecSampler``'s ``vecsample.Options`` (``context``, ``infos``,
+            ``restart``, ...). This class sets ``num_workers`` (``workers_per_actor``),
+            ``autoreset_mode`` ('SameStep') and ``seed`` (per actor, from ``seed``): setting
+            them here is a ConfigError.
+        sampler_kwargs: ``Options`` fields by name, applied on top of ``options``; an unknown
+            name is a ConfigError naming the closest field.
 
     Raises:
-        ConfigError: An argument has the wrong type or range (a count below 1, a negative
-            ``max_restarts`` or ``deadline``, an env id without ``num_envs``, ...).
+        ConfigError: An argument or option has the wrong type or range (a count below 1, a
+            negative ``max_restarts`` or ``deadline``, an env id without ``num_envs``, an
+            unknown option, ...), before Ray is started.
         DeadlineExceededError: The actors were not all built within ``deadline`` (not enough
             free CPUs on the cluster, or slow env builds). Every actor started is killed.
         ray.exceptions.RayActorError: An actor failed to build (an env factory or
@@ -433,6 +447,7 @@ class RaySampler:
         in_flight: int = 2,
         max_restarts: int = 3,
         deadline: float | None = DEFAULT_DEADLINE,
+        options: Options | None = None,
         sampler_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self._closed = True  # until the actors are up
@@ -442,15 +457,15 @@ class RaySampler:
         self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0)
         self.workers_per_actor = check_int(workers_per_actor, "workers_per_actor")
         self.deadline = check_seconds(deadline, "deadline")
+        self.options = adapted(options, dict(sampler_kwargs or {}), where="RaySampler",
+                               fixed=_fixed(self.workers_per_actor))  # before Ray starts
         if not ray.is_initialized():
             ray.init()  # joins a cluster started on this machine (`ray start`), else a local one
-        self.num_actors = _num_actors(num_actors)
-        self.envs_per_actor = len(fns)
+        self.num_actors, self.envs_per_actor = _num_actors(num_actors), len(fns)
         self._version = 0
         self._weights_ref: Any = None
         self._stats = dict.fromkeys(COUNTERS, 0.0)
-        specs = [ActorSpec(i, fns, policy_fn, self.workers_per_actor, actor_seed,
-                           dict(sampler_kwargs or {}))
+        specs = [ActorSpec(i, fns, policy_fn, actor_seed, self.options)
                  for i, actor_seed in enumerate(_actor_seeds(seed, self.num_actors))]
         self._slots = [_start_actor(spec, self.max_restarts) for spec in specs]
         self._closed = False

@@ -91,8 +91,8 @@ def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, po
     time in ``step_recv`` and ``policy_s`` its time in ``policy``.
     """
     obs, _ = sampler.reset(seed=seed)
-    b = sampler.envs_per_worker
-    sent = _send(sampler, range(sampler.num_workers), policy(np.asarray(obs)))
+    b = sampler.envs_per_slot
+    sent = _send(sampler, range(sampler.num_slots), policy(np.asarray(obs)))
     received, recvs, calls, policy_s = 0, 0, 1, 0.0
     before = sampler.stats()
     start = time.perf_counter()
@@ -113,7 +113,8 @@ def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, po
     seconds = time.perf_counter() - start
     delta = {k: v - before[k] for k, v in sampler.stats().items() if k in before}
     return LoopResult(
-        env="", timeout=timeout, workers=sampler.num_workers, envs_per_worker=b,
+        env="", timeout=timeout, workers=sampler.num_workers,
+        envs_per_worker=sampler.envs_per_worker,
         steps=received, seconds=seconds, steps_per_s=received / seconds,
         workers_per_recv=delta["workers_received"] / recvs,
         policy_calls_per_1000_steps=1000.0 * calls / received, wait_s=delta["wait_s"],
@@ -123,8 +124,8 @@ def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, po
 
 
 def _send(sampler: VecSampler, workers: Sequence[int], actions: np.ndarray) -> int:
-    """Sends block ``i`` of ``actions`` to ``workers[i]``; returns the env steps sent."""
-    b = sampler.envs_per_worker
+    """Sends block ``i`` of ``actions`` to ``workers[i]`` (slots); returns the env steps sent."""
+    b = sampler.envs_per_slot
     for i, w in enumerate(workers):
         sampler.step_send(w, actions[i * b:(i + 1) * b])
     return b * len(workers)

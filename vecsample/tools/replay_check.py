@@ -70,12 +70,12 @@ def sampled(check: Check, **log: Any) -> list[bytes]:
         policy = make_policy(check.policy, s.single_observation_space, s.single_action_space,
                              seed=check.seed)
         obs, _ = s.reset()
-        _send(s, range(s.num_workers), policy, np.asarray(obs))
+        _send(s, range(s.num_slots), policy, np.asarray(obs))
         digests, received, limit = [], 0, check.steps_per_env * s.num_envs
         while received < limit:
             results = s.step_recv(check.timeout)
             digests.append(digest_recv(results))
-            received += s.envs_per_worker * len(results)
+            received += s.envs_per_slot * len(results)
             obs = np.concatenate([np.asarray(r.obs) for r in results])
             _send(s, [r.worker for r in results if r.worker is not None], policy, obs)
         digests.append(digest_recv(s.step_recv(None)))  # the drain: every step sent comes back
@@ -84,7 +84,7 @@ def sampled(check: Check, **log: Any) -> list[bytes]:
 
 def _send(s: VecSampler, workers: Sequence[int], policy: Policy, obs: np.ndarray) -> None:
     actions = policy(obs)
-    b = s.envs_per_worker
+    b = s.envs_per_slot
     for i, w in enumerate(workers):
         s.step_send(w, actions[i * b:(i + 1) * b])
 

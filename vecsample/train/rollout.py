@@ -323,7 +323,7 @@ class Rollout:
         with self.timer.phase("copy"):
             self.batch.obs[0].copy_(self.batch.next_obs)
         self._pos[:] = 0
-        ready = list(range(self.sampler.num_workers))
+        ready = list(range(self.sampler.num_slots))
         while ready or self._in_flight:
             if ready:
                 self._act_and_send(ready)
@@ -348,7 +348,7 @@ class Rollout:
             ids = self.sampler.worker_env_ids(w)
             spans.append((int(self._pos[ids.start]), ids.start, ids.stop))
         t0 = spans[0][0]
-        if len(workers) == self.sampler.num_workers and all(t == t0 for t, _, _ in spans):
+        if len(workers) == self.sampler.num_slots and all(t == t0 for t, _, _ in spans):
             return self.batch.obs[t0], spans  # a full batch: the storage row itself, no copy
         return torch.cat([self.batch.obs[t, lo:hi] for t, lo, hi in spans]), spans
 
@@ -364,7 +364,7 @@ class Rollout:
                 space = self._action_space
                 assert isinstance(space, gym.spaces.Box)
                 actions = np.clip(actions, space.low, space.high)
-        if len(workers) == self.sampler.num_workers:
+        if len(workers) == self.sampler.num_slots:
             self.sampler.send_all(actions)
         else:
             offset = 0

@@ -1,0 +1,322 @@
+"""``Options``: every VecSampler option, written once: its default, its meaning, its check.
+
+In the shape of CleanRL's ``Args``: one field per option, its default, and its docstring right
+under it. ``Options(...)`` checks and normalises every field (a ``ConfigError`` that says what
+was expected, what came and how to fix it) and ``options.replace(name=value)`` makes a changed
+copy, refusing an unknown name with the closest field. The checks that need the envs
+(``num_workers`` divides them, ``pipeline`` halves them) run where the envs are known, in
+``SamplerConfig.build`` (config.py).
+
+Every public constructor (``VecSampler``, ``VectorEnv``, ``vecsample.sb3.VecEnv``,
+``MultiTaskSampler``, ``RaySampler``) takes an ``options=`` and these names, so a bad value is
+refused with the same words everywhere (docs/semantics.md, "Options").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import numbers
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vecsample._parent.startup import AUTO, check_context
+from vecsample._wire.protocol import AutoresetMode
+from vecsample.errors import ConfigError
+
+PathArg = str | os.PathLike[str]
+
+#: Default deadline (seconds) of each wait for workers, so that a hung worker never hangs a call.
+DEFAULT_DEADLINE = 300.0
+#: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline.
+STARTUP_DEADLINE = 120.0
+#: "auto": fork on Linux while the parent has no other thread (fast, nothing pickled, the main
+#: script is not re-imported), forkserver otherwise (safe with threads and CUDA). startup.py.
+DEFAULT_CONTEXT = AUTO
+#: Field metadata of the options that change how a run is carried out (its timing, placement,
+#: checks, files) but not what it samples: a replay may change them (replay_log.header).
+TUNING: Mapping[str, bool] = {"tuning": True}
+
+
+@dataclass(frozen=True)
+class Options:
+    """VecSampler's options; ``VecSampler(env_fns, options=..., **overrides)`` takes them.
+
+    Each field is checked and normalised when an ``Options`` is made (strings become
+    ``AutoresetMode``, an infinite deadline becomes None, core lists become tuples), so a bad
+    value fails here with a ``ConfigError``. ``replace(**changes)`` returns a changed copy.
+
+    Example:
+        >>> from vecsample import Options
+        >>> options = Options(num_workers=2, seed=0, autoreset_mode="NextStep")
+        >>> options.autoreset_mode, options.replace(deadline=float("inf")).deadline
+        (<AutoresetMode.NEXT_STEP: 'NextStep'>, None)
+    """
+
+    num_workers: int = 1
+    """Worker processes, each stepping a contiguous block of the envs; must divide the number of
+    envs, unless ``uneven_split``. With ``pipeline`` each process serves two halves, so the step
+    API has ``2 * num_workers`` workers (``VecSampler.num_slots``)."""
+
+    seed: int | None = None
+    """Env ``j`` is seeded with child ``j`` of ``SeedSequence(seed)`` on the first ``reset()``,
+    whatever the worker split. None: unseeded."""
+
+    autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP
+    """``"SameStep"`` (an ended env is reset in the same step, its last observation in
+    ``final_obs``), ``"NextStep"`` (gymnasium's default) or ``"Disabled"``; the string, our
+    ``AutoresetMode`` or gymnasium's."""
+
+    infos: bool = True
+    """Collect the envs' info dicts (pickled through the pipes; off saves that cost)."""
+
+    context: str = field(default=DEFAULT_CONTEXT, metadata=TUNING)
+    """The start method: ``"auto"`` is fork on Linux while the parent has no other thread, else
+    forkserver; or "fork", "forkserver", "spawn". Factories travel by cloudpickle (lambdas and
+    closures work); spawn and forkserver re-import the main script, which then needs
+    ``if __name__ == "__main__":``. ``VecSampler.context`` says what "auto" chose."""
+
+    deadline: float | None = field(default=DEFAULT_DEADLINE, metadata=TUNING)
+    """How long a wait for workers may last, in seconds (None or inf: forever): the whole wait of
+    ``step``/``step_recv``, and each wait inside a command (``reset``, ``call``, ...; their own
+    ``deadline=`` bounds the whole call). A silent worker is then reported hung, or respawned
+    with ``restart``. docs/semantics.md, "What each timeout and deadline bounds", has the
+    table."""
+
+    startup_deadline: float | None = field(default=STARTUP_DEADLINE, metadata=TUNING)
+    """How long building a worker's envs may take, in seconds (None or inf: forever)."""
+
+    threads_per_worker: int | None = field(default=1, metadata=TUNING)
+    """Caps the BLAS/OpenMP/torch threads of each worker (None: leave them)."""
+
+    cpu_affinity: Sequence[Sequence[int]] | bool | None = field(default=None, metadata=TUNING)
+    """True pins worker ``w`` to the ``w``-th usable core; one core list per worker gives each
+    its cores; None leaves scheduling to the OS."""
+
+    check_actions: bool = field(default=True, metadata=TUNING)
+    """Reject actions outside the action space before sending (an ``ActionError`` naming the
+    rows); gymnasium's vector envs do not check. Shapes and dtypes are checked either way."""
+
+    restart: bool = False
+    """Respawn a worker that died, raised or hung, and return its envs reset, flagged
+    ``restarted`` and truncated, instead of raising (docs/reliability.md)."""
+
+    max_restarts: int = 3
+    """Restarts allowed over the sampler's life (one more: ``RestartLimitError``)."""
+
+    spin_us: float | None = field(default=None, metadata=TUNING)
+    """Microseconds both sides poll shared memory before sleeping on a pipe (None: 200 while
+    every worker can have a core of its own, else 0)."""
+
+    uneven_split: bool = False
+    """Allow a ``num_workers`` that does not divide the envs: the blocks then differ by at most
+    one env."""
+
+    pipeline: bool = False
+    """Each process serves its block as two halves, two workers of the step API
+    (``VecSampler.num_slots`` is then ``2 * num_workers``): it steps one half while you compute
+    the other's actions. Use it with step_send/step_recv (docs/semantics.md)."""
+
+    record: PathArg | None = field(default=None, metadata=TUNING)
+    """Append the arrival order of every step_recv, the sends, resets and restarts to this file;
+    ``replay=`` that file makes a later run return the same data."""
+
+    replay: PathArg | None = field(default=None, metadata=TUNING)
+    """Make each step_recv return the workers recorded in this file, in its order
+    (``ReplayDivergedError`` at the first call the log does not have). docs/semantics.md."""
+
+    def __post_init__(self) -> None:
+        # Frozen, so the normalised values go in through object.__setattr__, before anyone can
+        # read the object: every later reader gets the checked form.
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, CHECKS[f.name](getattr(self, f.name), f.name))
+        _check_together(self)
+
+    def replace(self, **changes: Any) -> Options:
+        """A copy with ``changes`` (field names); an unknown name is a ConfigError naming the
+        closest field."""
+        for name in changes:
+            if name not in NAMES:
+                raise unknown_option(name)
+        return dataclasses.replace(self, **changes)
+
+    def identity(self) -> dict[str, Any]:
+        """The options that decide what a run samples (all but the ``TUNING`` ones), as plain
+        values: what a replay log records and checks (replay_log.header)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if not f.metadata.get("tuning")}
+
+
+NAMES = tuple(f.name for f in dataclasses.fields(Options))
+
+
+def unknown_option(name: str) -> ConfigError:
+    """The error for an option name that is no field of ``Options``, naming the closest one."""
+    close = difflib.get_close_matches(name, NAMES, n=1)
+    fix = (f"the closest field is {close[0]!r}" if close
+           else f"the fields are {', '.join(NAMES)}")
+    return ConfigError(name="an option's name", expected="a field of vecsample.Options",
+                       got=name, fix=fix)
+
+
+def check_options(options: object) -> Options:
+    """``options`` if it is an ``Options``; None gives the defaults."""
+    if options is None:
+        return DEFAULTS
+    if not isinstance(options, Options):
+        raise ConfigError(name="options", expected="a vecsample.Options or None", got=options,
+                          fix="build one with vecsample.Options(name=value, ...), or pass the "
+                          "options by keyword")
+    return options
+
+
+def adapted(options: Options | None, overrides: Mapping[str, Any], *, where: str,
+            defaults: Mapping[str, Any] | None = None,
+            fixed: Mapping[str, tuple[Any, str]] | None = None) -> Options:
+    """The Options of a constructor built on VecSampler (``where`` names it): ``overrides``
+    replace fields of ``options``; the constructor's own ``defaults`` fill the fields that
+    neither sets (that ``options`` leaves at Options' default); a ``fixed`` field (its value,
+    and why) may be set to nothing else."""
+    base = check_options(options)
+    chosen = base.replace(**overrides)
+    for name, (value, why) in (fixed or {}).items():
+        got = getattr(chosen, name)
+        if got != value and (name in overrides or got != getattr(DEFAULTS, name)):
+            raise ConfigError(name=name, expected=f"{_plain(value)!r} on {where} ({why})",
+                              got=_plain(got), fix=f"{where} sets {name} itself: leave it out")
+    filled = {name: value for name, value in (defaults or {}).items()
+              if name not in overrides and getattr(base, name) == getattr(DEFAULTS, name)}
+    filled.update({name: value for name, (value, _) in (fixed or {}).items()})
+    return chosen.replace(**filled)
+
+
+# --- the checks, one per field -------------------------------------------------------------------
+
+
+def check_int(value: Any, name: str, minimum: int = 1, fix: str = "") -> int:
+    """``value`` as an int ``>= minimum``; a bool, a float or a smaller int is a ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ConfigError(name=name, expected=f"an int >= {minimum}", got=value, fix=fix)
+    return int(value)
+
+
+def check_seconds(value: Any, name: str, fix: str = "") -> float | None:
+    """``value`` as seconds (a real number >= 0) or None; anything else is a ConfigError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) >= 0:
+        raise ConfigError(name=name, expected="None or a number of seconds >= 0", got=value,
+                          fix=fix)
+    return None if math.isinf(value) else float(value)  # inf: no bound, as None
+
+
+def check_mode(mode: object, name: str = "autoreset_mode") -> AutoresetMode:
+    """An ``AutoresetMode`` from ours, gymnasium's, or their string value."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    value = getattr(mode, "value", mode)  # accepts gymnasium's own AutoresetMode enum too
+    try:
+        return AutoresetMode(value)
+    except ValueError:
+        choices = [m.value for m in AutoresetMode]
+        raise ConfigError(name=name, expected=f"one of {choices}", got=mode,
+                          fix="pass the string or vecsample.AutoresetMode (gymnasium's "
+                          "AutoresetMode works too)") from None
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(name=name, expected="True or False", got=value,
+                          fix=f"pass {name}=True or {name}=False")
+    return bool(value)
+
+
+def _seed(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ConfigError(name=name, expected="None or an int >= 0", got=value,
+                          fix="pass a non-negative int, or None for unseeded envs")
+    return int(value)
+
+
+def _affinity(value: Any, name: str) -> tuple[tuple[int, ...], ...] | bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    fix = "pass True (one core per worker), one list of core ids per worker, or None"
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ConfigError(name=name, expected="True, None or core lists", got=value, fix=fix)
+    sets = []
+    for cores in value:
+        if (isinstance(cores, str | bytes) or not isinstance(cores, Sequence) or not cores
+                or any(isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 0
+                       for c in cores)):
+            raise ConfigError(name=name, expected="core lists of ints >= 0, one per worker",
+                              got=value, fix=fix)
+        sets.append(tuple(int(c) for c in cores))
+    return tuple(sets)
+
+
+def _spin(value: Any, name: str) -> float | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                              or not 0 <= float(value) < math.inf):
+        raise ConfigError(name=name, expected="None or a finite number of microseconds >= 0",
+                          got=value, fix="None spins 200 us while every worker has a core of "
+                          "its own, else 0")
+    return None if value is None else float(value)
+
+
+def _path(value: Any, name: str) -> PathArg | None:
+    if value is not None and not isinstance(value, str | os.PathLike):
+        raise ConfigError(name=name, expected="None or a file path", got=value,
+                          fix=f"pass {name}='run.log' (a str or a pathlib.Path)")
+    return value
+
+
+def _check_together(options: Options) -> None:
+    """The checks that read two fields."""
+    if options.record is not None and options.replay is not None:
+        raise ConfigError("record= and replay= were both given; a sampler records a run or "
+                          "replays one: pass one of them.")
+    affinity = options.cpu_affinity
+    if isinstance(affinity, tuple) and len(affinity) != options.num_workers:
+        raise ConfigError(name="cpu_affinity", expected=f"one core list per worker "
+                          f"(num_workers={options.num_workers})", got=f"{len(affinity)} lists",
+                          fix="pass one list per worker, or True")
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as msgpack and a message print it (an enum as its string)."""
+    return value.value if isinstance(value, AutoresetMode) else value
+
+
+CHECKS: dict[str, Callable[[Any, str], Any]] = {
+    "num_workers": lambda v, n: check_int(v, n, fix="pass how many worker processes to start"),
+    "seed": _seed,
+    "autoreset_mode": check_mode,
+    "infos": _flag,
+    "context": check_context,
+    "deadline": lambda v, n: check_seconds(v, n, fix="None (or inf) waits forever"),
+    "startup_deadline": lambda v, n: check_seconds(v, n, fix="None (or inf) waits forever"),
+    "threads_per_worker": lambda v, n: None if v is None else check_int(
+        v, n, fix="None leaves the workers' thread pools as they are"),
+    "cpu_affinity": _affinity,
+    "check_actions": _flag,
+    "restart": _flag,
+    "max_restarts": lambda v, n: check_int(v, n, minimum=0,
+                                           fix="0 raises at the first failure"),
+    "spin_us": _spin,
+    "uneven_split": _flag,
+    "pipeline": _flag,
+    "record": _path,
+    "replay": _path,
+}
+DEFAULTS = Options()
+
+__all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "STARTUP_DEADLINE", "Options", "adapted",
+           "check_int", "check_mode", "check_options", "check_seconds"]
