@@ -136,8 +136,8 @@ def _run(make_sampler, context: str, **options):
     if options.get("restart"):
         os.kill(s.worker_pids()[1], signal.SIGKILL)
     if options.get("pipeline"):
-        for w in range(s.num_workers):
-            s.step_send(w, np.ones(s.envs_per_worker, dtype=np.int64))
+        for w in range(s.num_slots):
+            s.step_send(w, np.ones(s.envs_per_slot, dtype=np.int64))
         return s, s.batch(s.step_recv())  # timeout None: every worker sent
     return s, s.step(np.ones(4, dtype=np.int64))
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from vecsample import AutoresetMode, Options, VecSampler, VectorEnv, errors
-from vecsample._wire.replay_log import MAGIC, header
+from vecsample._parent.replay import header
+from vecsample._wire.replay_log import MAGIC
 from vecsample.config import SamplerConfig
 from vecsample.options import NAMES
 from vecsample.testing import CountingEnv, fns
