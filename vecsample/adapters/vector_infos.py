@@ -58,6 +58,7 @@ def _merge(infos: dict[str, Any], use_b: np.ndarray, a: Full, b: Full,
            left: dict[int, dict[str, Any]], add_info: AddInfo) -> dict[str, Any]:
     """Columns of ``a`` (``b`` where ``use_b``) plus the pickled ``left`` per env."""
     slow = {key for info in left.values() for key in info}
+    any_b = bool(use_b.any())
     for key in a.keys() | b.keys():
         pa, pb = a.get(key), b.get(key)
         if pa is not None and pb is not None and (pa[0].dtype, pa[0].shape) != (
@@ -65,7 +66,12 @@ def _merge(infos: dict[str, Any], use_b: np.ndarray, a: Full, b: Full,
             slow.add(key)
         if key in slow:
             continue
-        values, mask = _pick(use_b, pa, pb)
+        if pb is None and not any_b and pa is not None:
+            # The common step (no env took the reset side, no reset column for the key): the
+            # key's full arrays are already the answer (zeros where absent, made for this call).
+            values, mask = pa[1], pa[2]
+        else:
+            values, mask = _pick(use_b, pa, pb)
         if mask.any():
             infos[key], infos[f"_{key}"] = values, mask
     if slow:
@@ -117,6 +123,11 @@ def build(step: InfoMap, reset: InfoMap, mode: AutoresetMode, has_final: np.ndar
                   add_info)
 
 
+def _rows(mask: np.ndarray, column: Column) -> np.ndarray:
+    """``mask`` shaped to broadcast over the rows of ``column``'s values."""
+    return mask.reshape(-1, *([1] * len(column.shape)))
+
+
 def _finals(infos: dict[str, Any], s_full: Full, s_left: dict[int, dict[str, Any]],
             ended: np.ndarray, final_obs: Callable[[int], Any], add_info: AddInfo,
             ) -> dict[str, Any]:
@@ -125,7 +136,8 @@ def _finals(infos: dict[str, Any], s_full: Full, s_left: dict[int, dict[str, Any
     obs = np.full(len(ended), None, dtype=object)
     for i in idx:
         obs[i] = final_obs(int(i))
-    only_ended = {key: (c, v, m & ended) for key, (c, v, m) in s_full.items()}
+    only_ended = {key: (c, np.where(_rows(ended, c), v, 0).astype(v.dtype, copy=False),
+                        m & ended) for key, (c, v, m) in s_full.items()}
     none = np.zeros(len(ended), dtype=bool)
     final_info = _merge({}, none, only_ended, {},
                         {int(i): s_left[int(i)] for i in idx if s_left.get(int(i))}, add_info)
