@@ -306,6 +306,7 @@ _FIELDS = {
     "message": "cannot pickle", "state": "STEP", "hung_workers": [1], "deadline": 1.5,
     "history": ["died"], "max_restarts": 2, "path": "log.vsr", "problem": "truncated",
     "expected": "step", "got": "reset", "what": "call", "package": "torch", "extra": "train",
+    "step": "map", "nbytes": 4096,
 }
 
 
