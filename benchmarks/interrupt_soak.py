@@ -4,8 +4,8 @@ A timer thread sends SIGINT to this process 0.5-10 ms into a random call: reset,
 step_send/step_recv round, call, get_attr, or close. After each caught KeyboardInterrupt the
 sampler must be usable (the next calls work, none reports a worker hung) or, after an
 interrupted close, closed with no worker left. At the end, every step sent was received once
-(the sampler's own count) and the handshake's counters agree. tests/test_faults.py runs it on
-a small budget; this script runs it as long as you like.
+(the sampler's own count) and the handshake's counters agree. tests/test_interrupts.py runs it
+on a small budget; this script runs it as long as you like.
 
 Run: ``python benchmarks/interrupt_soak.py --seconds 60 --autoreset-mode NextStep``
 """

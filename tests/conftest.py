@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from vecsample import VecSampler, VectorEnv
+from vecsample.testing import CountingEnv, fns
 
 
 @pytest.fixture
@@ -25,6 +26,13 @@ def make_sampler() -> Iterator[Callable[..., VecSampler]]:
     yield make
     for sampler in made:
         sampler.close(timeout=2.0)
+
+
+@pytest.fixture
+def sampler(make_sampler):
+    s = make_sampler(fns(CountingEnv, 4, length=100), num_workers=2)
+    s.reset()
+    return s
 
 
 @pytest.fixture

@@ -1,4 +1,12 @@
-"""Workers never outlive the parent, and close() frees every process, fd and mapping."""
+"""Processes live and die with their owner, and close() frees every process, fd and mapping.
+
+Workers never outlive the parent (even stopped ones), a sampler made in a thread outlives the
+thread, a forked child leaves the parent's sampler working; close() is bounded and idempotent,
+everything after it is a ClosedError, and create/close cycles leak nothing.
+
+A scenario number in a docstring is that of the outside fault-injection run
+(docs/reliability.md, "The second pass").
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import weakref
 
@@ -23,6 +32,12 @@ from gymnasium import spaces
 from vecsample import VecSampler, errors
 from vecsample._wire.shm import SharedBuffers
 from vecsample.testing import CountingEnv, HangingEnv, fns
+
+posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
+
+
+# --- workers die with their parent ----------------------------------------------------------------
+
 
 CHILD = textwrap.dedent("""
     import sys, time
@@ -67,6 +82,119 @@ def test_workers_exit_within_2s_when_the_parent_is_sigkilled(tmp_path, context):
             parent.kill()
 
 
+class StoppingEnv(CountingEnv):
+    """Env 1 stops its own process (SIGSTOP) at its first step, as a debugger or a stuck C call
+    would hold it: no Python code of that worker runs again."""
+
+    def step(self, action):
+        if self.env_index == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return super().step(action)
+
+
+STOPPED_WORKER_PARENT = """
+import sys
+import numpy as np
+from vecsample import VecSampler
+from test_lifetime import StoppingEnv
+from vecsample.testing import fns
+if __name__ == "__main__":
+    s = VecSampler(fns(StoppingEnv, 2), num_workers=2, context=sys.argv[1], deadline=60)
+    s.reset()
+    print(" ".join(map(str, s.worker_pids())), flush=True)
+    s.step(np.ones(2, dtype=np.int64))  # worker 1 stops; we wait here until killed
+"""
+
+
+@posix_only
+@pytest.mark.parametrize("context", ["forkserver", "spawn", "fork"])
+def test_a_stopped_worker_dies_within_2s_of_its_parents_sigkill(tmp_path, context):
+    """Scenario 8 of the outside fault-injection run."""
+    script = tmp_path / "parent.py"
+    script.write_text(STOPPED_WORKER_PARENT)
+    path = os.pathsep.join([os.getcwd(), os.path.dirname(__file__)])
+    with subprocess.Popen([sys.executable, str(script), context], stdout=subprocess.PIPE,
+                          text=True, env={**os.environ, "PYTHONPATH": path}) as parent:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        try:
+            time.sleep(0.5)
+            assert psutil.Process(pids[1]).status() == psutil.STATUS_STOPPED
+            parent.kill()
+            parent.wait(5)
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline and any(_alive(p) for p in pids):
+                time.sleep(0.05)
+            assert not [p for p in pids if _alive(p)]
+        finally:
+            for p in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# --- threads and forked children ------------------------------------------------------------------
+
+
+def ones(n: int) -> np.ndarray:
+    return np.ones(n, dtype=np.int64)
+
+
+@posix_only
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_sampler_made_in_a_thread_outlives_the_thread(context):
+    """Scenario 9 of the outside fault-injection run."""
+    made: list[VecSampler] = []
+    thread = threading.Thread(target=lambda: made.append(
+        VecSampler(fns(CountingEnv, 2), num_workers=2, context=context, deadline=10)))
+    thread.start()
+    thread.join()
+    (s,) = made
+    try:
+        time.sleep(0.5)  # PR_SET_PDEATHSIG would have killed the workers by now
+        s.reset()
+        np.testing.assert_array_equal(s.step(ones(2)).obs[:, 1], [1, 1])
+    finally:
+        s.close()
+
+
+FORKING_PARENT = """
+import os, sys
+import numpy as np
+from vecsample import VecSampler
+from vecsample.testing import CountingEnv, fns
+if __name__ == "__main__":
+    s = VecSampler(fns(CountingEnv, 2), num_workers=2, context=sys.argv[1], deadline=10)
+    s.reset()
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)  # a normal exit: atexit and finalizers run in the child
+    os.waitpid(child, 0)
+    print(s.step(np.ones(2, dtype=np.int64)).obs[:, 1].tolist())
+    s.close()
+"""
+
+
+@posix_only
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_a_forked_child_that_exits_leaves_the_parents_sampler_working(tmp_path, context):
+    """Scenario 10 of the outside fault-injection run."""
+    script = tmp_path / "forking.py"
+    script.write_text(FORKING_PARENT)
+    proc = subprocess.run([sys.executable, str(script), context], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[1.0, 1.0]"
+
+
+# --- close ----------------------------------------------------------------------------------------
+
+
 def test_close_frees_processes_and_returns_with_a_hung_worker():
     s = VecSampler(fns(HangingEnv, 2, at_step=1), num_workers=2, deadline=0.2)
     pids = s.worker_pids()
@@ -85,7 +213,92 @@ def test_forgotten_sampler_is_cleaned_up_by_its_finalizer():
     assert _wait_gone(pids, 3.0) == []
 
 
-# --- what close() gives back: fds, shared memory, mappings (issue 23) ----------------------------
+@pytest.mark.parametrize("timeout", [None, float("inf")])
+def test_close_with_no_bound_closes_and_reaps(timeout):
+    """Scenario 15 of the outside fault-injection run."""
+    s = VecSampler(fns(CountingEnv, 2), num_workers=2)
+    pids = s.worker_pids()
+    s.close(timeout=timeout)
+    assert s.closed
+    assert not [p for p in pids if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_bad_close_timeout_is_refused_before_anything_is_torn_down(make_sampler):
+    """Scenario 15 of the outside fault-injection run."""
+    s = make_sampler(fns(CountingEnv, 2), num_workers=2)
+    with pytest.raises(errors.ConfigError, match="timeout"):
+        s.close(timeout=-1)
+    assert not s.closed
+    s.reset()
+
+
+class StubbornCloseEnv(CountingEnv):
+    """close() hangs, and SIGTERM is ignored from then on."""
+
+    def close(self) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(3600)
+
+
+@posix_only
+@pytest.mark.parametrize("workers", [1, 4])
+def test_close_timeout_bounds_the_whole_call(workers):
+    """Scenario 16 of the outside fault-injection run."""
+    probe = CountingEnv()  # given the spaces, the parent builds no env (whose close would hang)
+    s = VecSampler(fns(StubbornCloseEnv, workers), num_workers=workers,
+                   observation_space=probe.observation_space, action_space=probe.action_space)
+    start = time.monotonic()
+    s.close(timeout=0.5)
+    elapsed = time.monotonic() - start
+    assert elapsed < 0.5 + 0.5 + 0.5, elapsed  # timeout, the SIGTERM grace, slack
+
+
+def test_every_call_after_close(make_sampler):
+    s = make_sampler(fns(CountingEnv, 2), num_workers=1)
+    s.close()
+    s.close()  # idempotent
+    for call, args in [("reset", ()), ("step", (ones(2),)), ("step_send", (0, ones(2))),
+                       ("step_recv", ()), ("call", ("t",)), ("reset_task", ([1, 2],))]:
+        with pytest.raises(errors.ClosedError, match="closed"):
+            getattr(s, call)(*args)
+
+
+# --- create/close cycles (R5) ---------------------------------------------------------------------
+
+
+def _children() -> int:
+    return sum(1 for p in psutil.Process().children(recursive=True)
+               if p.status() != psutil.STATUS_ZOMBIE)
+
+
+def test_200_create_close_cycles_leak_no_process_fd_or_memory():
+    me = psutil.Process()
+    env_fns = fns(CountingEnv, 4)
+
+    def cycle() -> None:
+        with VecSampler(env_fns, num_workers=2, context="fork") as s:
+            s.reset(seed=1)
+            s.step(ones(4))
+
+    for _ in range(10):  # warm-up: imports, allocator arenas, the forkserver-free baseline
+        cycle()
+    gc.collect()
+    before = (_children(), me.num_fds(), me.memory_info().rss)
+    start = time.monotonic()
+    for _ in range(200):
+        cycle()
+    gc.collect()
+    after = (_children(), me.num_fds(), me.memory_info().rss)
+    print(f"\nR5 200 cycles in {time.monotonic() - start:.1f}s: children {before[0]} -> "
+          f"{after[0]}, open fds {before[1]} -> {after[1]}, RSS {before[2] / 2**20:.1f} -> "
+          f"{after[2] / 2**20:.1f} MiB ({100 * (after[2] / before[2] - 1):+.2f}%)")
+    assert after[0] <= before[0]
+    assert after[1] <= before[1]
+    assert after[2] < 1.10 * before[2]
+
+
+# --- what close() gives back: fds, shared memory, mappings (issue 23) -----------------------------
 
 
 def _fds() -> dict[int, str]:

@@ -1,0 +1,181 @@
+"""Building a sampler: the options it refuses, the env factories it takes (and how one that fails
+is reported), every start method, the workers' settings, and the startup deadline.
+
+A scenario number in a docstring is that of the outside fault-injection run
+(docs/reliability.md, "The second pass").
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from vecsample import EnvMaker, VecSampler, errors
+from vecsample.testing import CountingEnv, SpaceEnv, fns
+
+
+def ones(n: int) -> np.ndarray:
+    return np.ones(n, dtype=np.int64)
+
+
+# --- options --------------------------------------------------------------------------------------
+
+
+def test_indivisible_env_count_suggests_divisors():
+    with pytest.raises(errors.ConfigError, match=r"not divisible.*\[1, 2, 3, 6\]"):
+        VecSampler(fns(CountingEnv, 6), num_workers=4)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"num_workers": 0}, {"num_workers": True}, {"deadline": -1.0}, {"context": "thread"},
+    {"autoreset_mode": "sometimes"}, {"seed": -3}, {"seed": 1.5}, {"cpu_affinity": [[0]]},
+    {"spin_us": -1},
+])
+def test_bad_configuration(kwargs):
+    with pytest.raises(errors.ConfigError):
+        VecSampler(fns(CountingEnv, 2), **{"num_workers": 2, **kwargs})
+
+
+@pytest.mark.parametrize("env_fns", [[], [CountingEnv()], "CartPole-v1"])
+def test_bad_env_fns(env_fns):
+    with pytest.raises(errors.ConfigError):
+        VecSampler(env_fns)
+
+
+def test_env_id_with_kwargs_and_env_maker(make_sampler):
+    s = make_sampler("CartPole-v1", num_envs=2, env_kwargs={"max_episode_steps": 3})
+    s.reset()
+    s.step(ones(2))
+    s.step(ones(2))
+    assert s.step(ones(2)).truncated.all()
+    assert EnvMaker("CartPole-v1")().spec.id == "CartPole-v1"
+
+
+def test_workers_cap_threads_and_can_be_pinned(make_sampler):
+    s = make_sampler(fns(CountingEnv, 2), num_workers=2, cpu_affinity=True)
+    info = s.call("process_info")
+    assert {i["omp"] for i in info} == {"1"}
+    assert len({i["pid"] for i in info}) == 2
+    assert all(len(i["affinity"]) == 1 for i in info)
+    s2 = make_sampler(fns(CountingEnv, 1), threads_per_worker=3)
+    assert s2.call("process_info")[0]["omp"] == "3"
+
+
+def test_spin_before_block_is_automatic_and_configurable(make_sampler):
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    auto = make_sampler(fns(CountingEnv, 2), num_workers=1)
+    assert auto.config.spin_s == pytest.approx(200e-6)  # one worker always fits the cores
+    crowded = make_sampler(fns(CountingEnv, cores + 1), num_workers=cores + 1)
+    assert crowded.config.spin_s == 0.0  # more workers than cores: spinning would steal their CPU
+    off = make_sampler(fns(CountingEnv, 2), num_workers=2, spin_us=0)
+    for s in (auto, crowded, off):
+        s.reset()
+        assert s.step(ones(s.num_envs)).obs[0, 1] == 1
+
+
+# --- env factories and start methods --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_every_start_method_works(make_sampler, context):
+    s = make_sampler(fns(CountingEnv, 4, length=100), num_workers=2, context=context)
+    s.reset()
+    r = s.step(ones(4))
+    np.testing.assert_array_equal(r.obs[:, 1], 1)
+
+
+def _locked_factory(lock: threading.Lock) -> CountingEnv:
+    assert lock is not None
+    return CountingEnv()
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_unpicklable_factory_under_spawn(context):
+    """cloudpickle carries lambdas and closures; an object it cannot pickle is a typed error."""
+    lock = threading.Lock()
+    with pytest.raises(errors.EnvFactoryError, match=r"picklable by cloudpickle.*lock"):
+        VecSampler([lambda: _locked_factory(lock)] * 2, num_workers=2, context=context)
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_lambdas_and_closures_work_under_every_start_method(make_sampler, context):
+    def make_env(index: int):  # CleanRL's pattern: a factory that returns a local closure
+        def thunk() -> CountingEnv:
+            return CountingEnv(env_index=index)
+
+        return thunk
+
+    s = make_sampler([make_env(i) for i in range(2)], num_workers=2, context=context)
+    obs, _ = s.reset()
+    np.testing.assert_array_equal(obs[:, 0], [0, 1])
+
+
+def test_unpicklable_factory_works_under_fork(make_sampler):
+    # Lambdas cannot be pickled; fork copies them into the workers instead. Each builds its own
+    # env index, so the observations also show that every worker built the env it was given.
+    env_fns = [lambda i=i: CountingEnv(env_index=i) for i in range(2)]
+    s = make_sampler(env_fns, num_workers=2, context="fork")
+    obs, _ = s.reset()
+    np.testing.assert_array_equal(obs, [[0, 0, 0, -1], [1, 0, 0, -1]])  # [env, t, episode, a]
+
+
+def boom() -> CountingEnv:
+    raise RuntimeError("factory exploded")
+
+
+def test_factory_that_raises_in_the_parent():
+    with pytest.raises(errors.EnvFactoryError, match="factory exploded"):
+        VecSampler([boom, boom])
+
+
+def maybe_boom(i: int) -> CountingEnv:
+    if i == 3:
+        raise RuntimeError("only env 3 explodes")
+    return CountingEnv(i)
+
+
+def test_factory_that_raises_in_a_worker_names_the_env():
+    with pytest.raises(errors.EnvFactoryError, match=r"worker 1.*env 3") as info:
+        VecSampler([functools.partial(maybe_boom, i) for i in range(4)], num_workers=2)
+    assert "only env 3 explodes" in info.value.__cause__.remote_traceback
+
+
+def mismatched(i: int) -> gym.Env:
+    return SpaceEnv(spaces.Discrete(3 + i), spaces.Discrete(2))
+
+
+def test_envs_with_mismatched_spaces():
+    with pytest.raises(errors.EnvFactoryError, match="observation_space"):
+        VecSampler([functools.partial(mismatched, i) for i in range(2)], num_workers=1)
+
+
+def test_an_env_without_a_gymnasium_space_is_refused_at_construction():
+    with pytest.raises(errors.UnsupportedSpaceError, match=r"expected a gymnasium.spaces.Space"):
+        VecSampler([functools.partial(SpaceEnv, "not a space", spaces.Discrete(2))])
+
+
+# --- the startup deadline -------------------------------------------------------------------------
+
+
+def _hangs_in_a_worker(parent: int) -> CountingEnv:
+    if os.getpid() != parent:
+        time.sleep(3600)
+    return CountingEnv()
+
+
+def test_startup_is_bounded_by_its_own_deadline_and_says_so():
+    """Scenario 12 of the outside fault-injection run."""
+    start = time.monotonic()
+    with pytest.raises(errors.DeadlineExceededError, match=r"building envs.*1\.0 s.*startup"):
+        VecSampler([functools.partial(_hangs_in_a_worker, os.getpid())] * 2, num_workers=2,
+                   deadline=0.5, startup_deadline=1.0)
+    assert time.monotonic() - start < 5.0

@@ -1,0 +1,76 @@
+"""The docs name tests as evidence; every name must still be a test, so a test renamed or moved
+to another file fails here until the docs follow.
+
+In docs/*.md and README.md: a path ``tests/test_x.py`` must exist; ``test_x.py::test_y`` must be
+a test that tests/test_x.py defines; a bare ``test_y`` in backticks must be a test some file of
+tests/ defines (``test_y*`` or ``test_y...``: some test's name starts so). The upstream suites we
+run are not ours: gymnasium's tests named in the allowlist of tests/test_gymnasium_suite.py and
+SB3's file (``SUITE`` of tests/test_sb3_suite.py) are known; docs/sb3.md lists SB3's own tests
+by bare name, so that page's bare names are not checked.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+
+PATH = re.compile(r"\btests/(test_\w+\.py)")
+QUALIFIED = re.compile(r"(?<!\w)(test_\w+\.py)::(test_\w+)")
+BARE = re.compile(r"`(test_\w+)(?!\w|\.py)(\*|\.\.\.)?")
+DEF = re.compile(r"^\s*def (test_\w+)\(", re.MULTILINE)
+UPSTREAM = re.compile(r"^\s+\"(test_\w+\.py::test_\w+)", re.MULTILINE)
+SB3_SUITE = re.compile(r"^SUITE = \"tests/(test_\w+\.py)\"", re.MULTILINE)
+#: Pages that name an upstream suite's tests by bare name.
+BARE_UNCHECKED = {"sb3.md"}
+
+
+def defined_tests(folder: Path) -> dict[str, set[str]]:
+    """``{file name: the test functions it defines}`` for every tests/test_*.py."""
+    return {p.name: set(DEF.findall(p.read_text())) for p in folder.glob("test_*.py")}
+
+
+def upstream_tests(folder: Path) -> set[str]:
+    """gymnasium's own tests that docs/gymnasium.md names (the suite's ALLOWLIST keys), and the
+    file of SB3's tests that docs/sb3.md names."""
+    gymnasium = UPSTREAM.findall((folder / "test_gymnasium_suite.py").read_text())
+    return {*gymnasium, *SB3_SUITE.findall((folder / "test_sb3_suite.py").read_text())}
+
+
+def dangling(text: str, tests: dict[str, set[str]], upstream: set[str],
+             bare: bool = True) -> list[str]:
+    """Every reference in ``text`` to a test file or test that ``tests`` does not hold."""
+    every = set().union(*tests.values())
+    found = [f"tests/{name}" for name in PATH.findall(text)
+             if name not in tests and name not in upstream]
+    for file, name in QUALIFIED.findall(text):
+        if f"{file}::{name}" not in upstream and name not in tests.get(file, ()):
+            found.append(f"{file}::{name}")
+    for name, prefix in BARE.findall(text) if bare else ():
+        ok = any(t.startswith(name) for t in every) if prefix else name in every
+        if not ok:
+            found.append(name + prefix)
+    return found
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
+def test_every_test_the_docs_name_exists(doc):
+    tests, upstream = defined_tests(ROOT / "tests"), upstream_tests(ROOT / "tests")
+    found = dangling(doc.read_text(), tests, upstream, bare=doc.name not in BARE_UNCHECKED)
+    assert not found, f"{doc.name} names tests that do not exist: {found}"
+
+
+def test_a_dangling_name_is_caught():
+    tests = {"test_a.py": {"test_one", "test_two_things"}, "test_b.py": {"test_three"}}
+    upstream = {"test_vector_env.py::test_final_obs_info"}
+    good = ("`test_a.py::test_one`, `test_three[x]`, `test_two_*`, `test_two...`, tests/test_b.py"
+            ", `test_vector_env.py::test_final_obs_info[Async]`, `test_a.py`")
+    assert dangling(good, tests, upstream) == []
+    bad = ("`test_a.py::test_three`, `test_c.py::test_one`, `test_four`, `test_five_*`, "
+           "tests/test_c.py")
+    assert dangling(bad, tests, upstream) == ["tests/test_c.py", "test_a.py::test_three",
+                                              "test_c.py::test_one", "test_four", "test_five_*"]
