@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+import pytest
 
 
 def assert_same(a: Any, b: Any, where: str = "") -> None:
@@ -45,3 +46,12 @@ def kill_and_wait(pid: int) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"pid {pid} did not die")
+
+
+def ones(n: int) -> np.ndarray:
+    """``n`` actions of 1, as int64 (CountingEnv's and most fakes' action)."""
+    return np.ones(n, dtype=np.int64)
+
+
+#: A test that sends POSIX signals (SIGKILL, SIGSTOP) to workers.
+posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")

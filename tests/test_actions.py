@@ -13,16 +13,12 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium import spaces as gym_spaces
+from helpers import ones
 
 from vecsample import errors
 from vecsample._wire.spaces import bounds_checker, leaves
 from vecsample.errors import ActionShapeError, ActionSpaceError
 from vecsample.testing import SpaceEnv
-
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
-
 
 # --- shape and dtype ------------------------------------------------------------------------------
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+from helpers import ones
 
 from vecsample import AutoresetMode
 from vecsample.testing import CountingEnv, fns
-
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
 
 
 def test_same_step_autoreset_keeps_the_final_observation(make_sampler):

@@ -9,23 +9,15 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import threading
 import time
 
 import numpy as np
 import pytest
-from helpers import kill_and_wait
+from helpers import kill_and_wait, ones, posix_only
 
 from vecsample import errors
 from vecsample.testing import CountingEnv, RaisingEnv, fns
-
-posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
-
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
-
 
 # --- what each command does -----------------------------------------------------------------------
 

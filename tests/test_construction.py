@@ -16,14 +16,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from helpers import ones
 
 from vecsample import EnvMaker, VecSampler, errors
 from vecsample.testing import CountingEnv, SpaceEnv, fns
-
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
-
 
 # --- options --------------------------------------------------------------------------------------
 

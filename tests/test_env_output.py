@@ -19,14 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium import spaces as gym_spaces
+from helpers import ones
 
 from vecsample import errors
 from vecsample.testing import CountingEnv, fns
-
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
-
 
 # --- odd but valid values -------------------------------------------------------------------------
 

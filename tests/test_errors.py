@@ -12,14 +12,10 @@ import time
 
 import numpy as np
 import pytest
+from helpers import ones
 
 from vecsample import VecSampler, errors
 from vecsample.testing import CountingEnv, RaisingEnv, fns
-
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
-
 
 # --- R6: bad input, one table ---------------------------------------------------------------------
 

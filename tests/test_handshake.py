@@ -12,14 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import ones
 
 from vecsample import errors
 from vecsample._wire import handshake
 from vecsample.testing import CountingEnv, DyingEnv, SlowEnv, fns
-
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
 
 
 def mixed_rounds(sampler: Any, workers: int, per: int, rounds: int, seed: int = 0) -> int:

@@ -5,7 +5,6 @@ keys whose type changes between envs, and values no column can hold."""
 from __future__ import annotations
 
 import functools
-import signal
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import kill_and_wait
+from helpers import kill_and_wait, posix_only
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -163,7 +162,6 @@ def test_infos_read_later_keep_their_step_values(make_sampler) -> None:
 
 # --- restarts: the respawned worker's infos join the columns of the others ----------------------
 
-posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
 
 
 class _Gymnasium(gym.vector.VectorEnv[Any, Any, Any]):

@@ -32,18 +32,12 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from helpers import ones, posix_only
 
 from vecsample import VecSampler, errors
 from vecsample._parent import signals
 from vecsample._parent.signals import critical
 from vecsample.testing import CountingEnv, SlowEnv, fns
-
-posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
-
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
-
 
 # --- SIGTERM and Ctrl-C in the parent -------------------------------------------------------------
 

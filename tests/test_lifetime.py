@@ -28,13 +28,11 @@ import numpy as np
 import psutil
 import pytest
 from gymnasium import spaces
+from helpers import ones, posix_only
 
 from vecsample import VecSampler, errors
 from vecsample._wire.shm import SharedBuffers
 from vecsample.testing import CountingEnv, HangingEnv, fns
-
-posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
-
 
 # --- workers die with their parent ----------------------------------------------------------------
 
@@ -140,9 +138,6 @@ def _alive(pid: int) -> bool:
 
 # --- threads and forked children ------------------------------------------------------------------
 
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
 
 
 @posix_only

@@ -17,16 +17,10 @@ import time
 
 import numpy as np
 import pytest
+from helpers import ones, posix_only
 
 from vecsample import errors
 from vecsample.testing import CountingEnv, HangingEnv, SlowEnv, fns
-
-posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
-
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
-
 
 # --- full and partial batches ---------------------------------------------------------------------
 

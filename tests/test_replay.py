@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import kill_and_wait
+from helpers import kill_and_wait, posix_only
 
 from vecsample import VecSampler, errors
 from vecsample._wire.replay_log import MAGIC, LogReader, Tag
@@ -29,7 +28,6 @@ from vecsample.testing import CountingEnv, StragglerEnv, fns
 
 WORKERS, PER_WORKER = 4, 2
 NUM_ENVS = WORKERS * PER_WORKER
-posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
 
 
 def straggler_fns(**kwargs: Any) -> list[Callable[[], Any]]:

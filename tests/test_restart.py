@@ -21,13 +21,11 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-from helpers import kill_and_wait
+from helpers import kill_and_wait, ones, posix_only
 
 from vecsample import EnvMaker, VecSampler, errors
 from vecsample.seeding import env_seeds, restart_seed
 from vecsample.testing import CountingEnv, DyingEnv, HangingEnv, RaisingEnv, SlowEnv, fns
-
-posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
 
 #: Detection bound of the issue (1 s).
 DETECT_S = 1.0
@@ -35,9 +33,6 @@ DETECT_S = 1.0
 #: Respawning re-imports gymnasium and rebuilds the envs: generous on a loaded 2-core machine.
 RESPAWN_S = 5.0
 
-
-def ones(n: int) -> np.ndarray:
-    return np.ones(n, dtype=np.int64)
 
 
 def counting_obs(env: int, t: int, episode: int, action: float) -> list[float]:
