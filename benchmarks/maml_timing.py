@@ -22,6 +22,12 @@ sampler (main process + workers) per meta-batch / bare CPU seconds for as many s
 dedicated cores with perfect overlap the wall ratio would equal it), and the workers' own
 env.step time per step (``MultiTaskSampler.stats()``) against the bare loops'.
 
+The sampler steps vecsample's batch-native MuJoCo task envs (``HalfCheetahDirBatch-v5``, one
+per worker, physics through ``mujoco.rollout``: docs/mujoco_batch.md) where the config's env
+has one, as ``MultiTaskSampler`` does by default; ``--no-batch-envs`` keeps gymnasium's single
+envs (runs 1 to 3 of docs/maml.md). The bare loops stay gymnasium's single envs either way:
+issue 25's P8 asks the batch envs' sampler to beat that ideal (ratio to ``1env`` <= 1.0).
+
 Run: ``python benchmarks/maml_timing.py --repeats 3`` (needs psutil, in the ``test`` extra)
 """
 
@@ -68,6 +74,8 @@ class Args:
     """steps of each bare loop run"""
     json: str = ""
     """optional path for the results"""
+    batch_envs: bool = True
+    """MultiTaskSampler's batch_envs: the batch-native MuJoCo task envs where the env has one"""
 
 
 def bare_loop(cfg: MetaConfig, num_envs: int, gaussian: bool, steps: int) -> tuple[float, float]:
@@ -113,8 +121,9 @@ def time_sampler(cfg: MetaConfig, args: Args) -> dict[str, Any]:
     times = []
     with MultiTaskSampler(
         cfg.env_name, cfg.env_kwargs, cfg.fast_batch_size, policy, baseline, env=env,
-        seed=0, num_workers=args.num_workers,
+        seed=0, num_workers=args.num_workers, batch_envs=args.batch_envs,
     ) as sampler:  # fmt: skip
+        batch_id = sampler.batch_id
         sampler.sample(sampler.sample_tasks(cfg.meta_batch_size), **kwargs)  # starts the workers
         stats, cpu = sampler.stats(), tree_cpu_s()
         for _ in range(args.repeats):
@@ -126,7 +135,8 @@ def time_sampler(cfg: MetaConfig, args: Args) -> dict[str, Any]:
         env_step_s = (sampler.stats()["env_step_s"] - stats["env_step_s"]) / args.repeats
     # The steps of one call (HalfCheetah never terminates: every call has as many).
     steps = sum(sum(b.lengths) for b in [*(e for t in train for e in t), *valid])
-    return {"steps": steps, "times": times, "cpu_s": cpu, "worker_env_step_s": env_step_s}
+    return {"steps": steps, "times": times, "cpu_s": cpu, "worker_env_step_s": env_step_s,
+            "batch_id": batch_id}
 
 
 def main(args: Args) -> dict[str, Any]:
@@ -140,6 +150,7 @@ def main(args: Args) -> dict[str, Any]:
         bare[name].append(bare_loop(cfg, n, g, args.bare_steps))
     steps, wall = sampled["steps"], statistics.median(sampled["times"])
     result: dict[str, Any] = {
+        "batch_id": sampled["batch_id"],  # the batch-native env sampled, or None: single envs
         "steps": steps,
         "sampler_s_median": wall,
         "sampler_s_all": sampled["times"],
@@ -176,6 +187,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
 if __name__ == "__main__":
     r = main(parse_args())
     print(
+        f"{r['batch_id'] or 'single envs'}: "
         f"{r['steps']} steps; sampler {r['sampler_s_median']:.2f} s (median), "
         f"{r['sampler_cpu_s']:.1f} CPU s; env.step in the workers {r['worker_env_step_us']:.0f} "
         f"us; wall / (worker step time / workers) {r['wall_over_worker_step_time']:.2f}; "

@@ -68,6 +68,8 @@ class Args:
     """torch device of the outer loop and of the episodes"""
     torch_threads: int = 1
     """intra-op threads of the outer loop; 1 leaves the cores to the workers"""
+    batch_envs: bool = True
+    """sample the batch-native MuJoCo task envs where the env has one (MultiTaskSampler's)"""
 
 
 # --- MAML-TRPO -----------------------------------------------------------------------------
@@ -255,7 +257,7 @@ def main(args: Args) -> list[dict[str, float]]:
     baseline = LinearFeatureBaseline(get_input_size(env))
     sampler = MultiTaskSampler(
         cfg.env_name, cfg.env_kwargs, cfg.fast_batch_size, policy, baseline, env=env,
-        seed=args.seed, num_workers=args.num_workers,
+        seed=args.seed, num_workers=args.num_workers, batch_envs=args.batch_envs,
     )  # fmt: skip
     loop = asyncio.get_event_loop()  # the loop the sampler's futures live on
     history: list[dict[str, float]] = []
@@ -275,7 +277,8 @@ def main(args: Args) -> list[dict[str, float]]:
             })  # fmt: skip
     torch.save(policy.state_dict(), out / "policy.th")
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
-    record = {"args": dataclasses.asdict(args), "config": cfg.to_dict(), "batches": history}
+    record = {"args": dataclasses.asdict(args), "config": cfg.to_dict(),
+              "batch_id": sampler.batch_id, "batches": history}
     (out / "returns.json").write_text(json.dumps(record, indent=2))
     plot(history, f"MAML-TRPO on {cfg.env_name}", out / "returns.png")
     return history

@@ -15,7 +15,9 @@ import threading
 
 import pytest
 
-from vecsample.errors import ConfigError
+import vecsample.envs
+from vecsample import extras
+from vecsample.errors import ConfigError, MissingExtraError
 from vecsample.tools import bench, bench_backends
 
 TINY = ["--envs", "CartPole-v1", "--num-envs", "4", "--workers", "2", "--cores", "2",
@@ -154,7 +156,39 @@ def test_env_counts_must_split_over_workers_and_cores():
         bench.configs(parse(["--num-envs", "6", "--workers", "4", "--cores", "2"]))
     default = bench.configs(parse(["--cores", "2"]))
     assert [(c.env_id, c.num_envs) for c in default] == [
-        ("CartPole-v1", 64), ("CartPole-v1", 128), ("HalfCheetah-v5", 64)]
+        ("CartPole-v1", 64), ("CartPole-v1", 128), ("HalfCheetah-v5", 64), ("ALE/Pong-v5", 16)]
+
+
+def test_the_ale_rows_need_ale_py_and_say_which_extra_installs_it(monkeypatch):
+    real = extras.importlib.import_module
+
+    def import_module(name, *args, **kwargs):
+        if name == "ale_py":
+            raise ModuleNotFoundError("No module named 'ale_py'", name="ale_py")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(extras.importlib, "import_module", import_module)
+    with pytest.raises(MissingExtraError, match=r"ALE/Pong-v5 rows needs ale_py .*vecsample"
+                       r"\[bench\]") as info:
+        bench.configs(parse(["--cores", "2"]))
+    assert info.value.extra == "bench"
+    assert [c.env_id for c in bench.configs(parse(["--cores", "2", "--envs", "CartPole-v1"]))
+            ] == ["CartPole-v1", "CartPole-v1"]  # no ALE id named: not needed
+
+
+def test_an_ale_env_runs_in_every_process_through_its_module_prefix(tmp_path):
+    pytest.importorskip("ale_py")
+    out = tmp_path / "bench.json"
+    argv = [*TINY, "--envs", "ALE/Pong-v5", "--backends", "bare", "machine", "vecsample",
+            "--latency-steps", "5", "--json", str(out)]
+    assert bench.run(parse(argv)) == 0
+    data = json.loads(out.read_text())
+    assert [(r["env"], r["backend"]) for r in data["results"]] == [
+        ("ALE/Pong-v5", name) for name in ("bare", "machine", "vecsample")]
+    assert all(r["steps_per_s"] > 0 for r in data["results"])
+    assert data["latency"]["env"] == "ALE/Pong-v5"
+    assert bench_backends.make_id("ALE/Pong-v5") == "ale_py:ALE/Pong-v5"
+    assert bench_backends.make_id("CartPole-v1") == "CartPole-v1"
 
 
 def test_cli_lists_bench():
@@ -203,8 +237,33 @@ def test_vectorization_measures_hosted_vector_envs_beside_one_process(tmp_path, 
 def test_vectorization_defaults_and_an_env_without_a_batched_form():
     default = bench.configs(parse(["--cores", "2", "--vectorization", "vector_entry_point"]))
     assert [(c.env_id, c.num_envs) for c in default] == [
-        ("CartPole-v1", 64), ("CartPole-v1", 512), ("CartPole-v1", 4096), ("HalfCheetah-v5", 64)]
-    cheetah = bench_backends.Config("HalfCheetah-v5", 2, 1, 1, 0.0, "none")
+        ("CartPole-v1", 64), ("CartPole-v1", 512), ("CartPole-v1", 4096), ("HalfCheetah-v5", 32)]
+    swimmer = bench_backends.Config("Swimmer-v5", 2, 1, 1, 0.0, "none")
     for name in ("hosted", "vector_one"):
         with pytest.raises(bench_backends.Unavailable, match="no vector entry point"):
-            bench_backends.BACKENDS[name][1](cheetah)
+            bench_backends.BACKENDS[name][1](swimmer)
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Ant-v5"])
+def test_vectorization_hosts_the_batch_native_mujoco_env(tmp_path, capsys, env_id):
+    pytest.importorskip("mujoco")
+    out = tmp_path / "bench.json"
+    argv = [*TINY, "--envs", env_id, "--vectorization", "vector_entry_point",
+            "--latency-steps", "0", "--json", str(out)]
+    assert bench.run(parse(argv)) == 0
+    rows = {r["backend"]: r for r in json.loads(out.read_text())["results"]}
+    assert list(rows) == list(bench_backends.HOSTED_BACKENDS)
+    for name in ("bare", "machine", "vecsample", "vector_one", "hosted"):
+        assert rows[name]["skipped"] is None and rows[name]["steps_per_s"] > 0, name
+    assert rows["vector_one"]["layout"] == "1 × 4, 2 threads"
+    assert rows["hosted"]["layout"] == "2 × 2"
+    assert rows["envpool"]["skipped"] is None or "EnvPool" in rows["envpool"]["skipped"] or (
+        "not installed" in rows["envpool"]["skipped"])
+    cfg = bench_backends.Config(env_id, 4, 2, 2, 0.0, "none")
+    hosted = bench_backends.BACKENDS["hosted"][1](cfg)
+    try:  # the hosted row really hosts the batch env: the spec of its workers' env
+        spec = hosted.sampler.get_attr("spec")[0]
+    finally:
+        hosted.close()
+    assert spec.id == vecsample.envs.BATCH_IDS[env_id]
+    assert f"{env_id}, 4 envs: hosted " in capsys.readouterr().out

@@ -452,6 +452,91 @@ def test_a_hosted_disabled_block_with_an_ended_env_is_refused_before_it_steps(ma
     assert sampler.step(np.ones(4, dtype=np.int64)).obs[:, 1].tolist() == [1.0, 2.0, 3.0, 3.0]
 
 
+class FreezingCounting(gym.vector.VectorEnv):
+    """``num_envs`` CountingEnvs (with infos) under Disabled that declare
+    ``freezes_ended_envs``: a step steps only the envs not ended since their reset, and returns
+    junk for the others (NaN observations, reward 99, terminated False and truncated True, an
+    info), which the hosted block must not write: what a frozen row shows is the block's."""
+
+    freezes_ended_envs = True
+    supports_reset_mask = True
+
+    def __init__(self, num_envs: int) -> None:
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.DISABLED}
+        self.num_envs = num_envs
+        self.envs = [CountingEnv(info=True) for _ in range(num_envs)]
+        self.single_observation_space = self.envs[0].observation_space
+        self.single_action_space = self.envs[0].action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space,
+                                                              num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.ended = np.zeros(num_envs, dtype=bool)
+        self.obs = np.zeros((num_envs, 4))
+
+    def set_attr(self, name: str, values: list[Any]) -> None:
+        for env, value in zip(self.envs, values, strict=True):
+            setattr(env, name, value)
+
+    def reset(self, *, seed: list[int | None] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        mask = (options or {}).get("reset_mask", np.ones(self.num_envs, dtype=bool))
+        seeds = [None] * self.num_envs if seed is None else seed
+        infos: dict[str, Any] = {}
+        for i in np.flatnonzero(mask).tolist():
+            self.obs[i], info = self.envs[i].reset(seed=seeds[i])
+            self.ended[i] = False
+            infos = self._add_info(infos, info, i)
+        return self.obs.copy(), infos
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        n, infos = self.num_envs, {}
+        obs, rewards = np.full((n, 4), np.nan), np.full(n, 99.0)
+        terminated, truncated = np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
+        for i in range(n):
+            if self.ended[i]:
+                infos = self._add_info(infos, {"junk": 1}, i)
+                continue
+            obs[i], rewards[i], terminated[i], truncated[i], info = self.envs[i].step(
+                actions[i])
+            self.obs[i] = obs[i]  # what a reset of other envs returns for this one
+            infos = self._add_info(infos, info, i)
+        self.ended |= terminated | truncated
+        return obs, rewards, terminated, truncated, infos
+
+
+def _frozen_run(sampler: VecSampler, lengths: list[int], steps: int) -> list[Any]:
+    """Steps ``steps`` times, leaving ended envs frozen; at mid-way resets the ended envs of
+    even index by mask."""
+    sampler.set_attr("length", lengths)
+    out: list[Any] = list(sampler.reset(seed=4))
+    for t, action in enumerate(actions_for(gym.spaces.MultiDiscrete([4] * N), steps)):
+        r = sampler.step(action, copy=True)
+        out += [r.obs, r.rewards, r.terminated, r.truncated, r.infos]
+        if t == steps // 2:
+            mask = (r.terminated | r.truncated) & (np.arange(N) % 2 == 0)
+            obs, infos = sampler.reset(mask=mask)
+            out += [obs.copy(), infos, mask]
+    return out
+
+
+def test_a_hosted_env_that_freezes_ended_rows_steps_like_the_bare_loop_with_frozen_envs(
+        make_sampler):
+    bare = make_sampler([functools.partial(CountingEnv, info=True)] * N, num_workers=2 * W,
+                        autoreset_mode="Disabled")
+    hosted = make_sampler(HostedVector(FreezingCounting), num_envs=N, num_workers=W,
+                          autoreset_mode="Disabled")
+    lengths = [2 + i % 5 for i in range(N)]  # episodes end at different steps, then freeze
+    expected, got = _frozen_run(bare, lengths, 14), _frozen_run(hosted, lengths, 14)
+    for k, (x, y) in enumerate(zip(expected, got, strict=True)):
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(y, x, err_msg=f"item {k}")
+        else:
+            assert y == x, f"item {k}"
+    steps = [expected[2 + 5 * t: 7 + 5 * t] for t in range(7)]  # those before the reset
+    frozen = sum(int((a[2] | a[3]).sum()) for a in steps[:-1])  # rows frozen at the next step
+    assert frozen > N  # many frozen rows were compared
+
+
 # --- restart: a killed hosted worker is rebuilt --------------------------------------------------
 
 

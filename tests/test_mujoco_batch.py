@@ -23,7 +23,6 @@ import vecsample.envs  # registers the batch ids
 from vecsample import HostedVector, VecSampler
 from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
-    EndedEnvError,
     RefusedKeywordError,
     TaskCountError,
     UnknownKeywordError,
@@ -153,19 +152,28 @@ def test_other_seeds_a_longer_limit_and_three_threads_stay_equal(make_pair, gym_
         assert step_side_by_side(ours, theirs, steps=70, seed=seed) >= 5
 
 
-def test_disabled_autoreset_steps_until_reset_with_a_mask(make_pair):
+def test_disabled_autoreset_freezes_ended_envs_until_reset_with_a_mask(make_pair):
     ours, theirs = make_pair("HopperBatch-v5", "Hopper-v5", Mode.DISABLED, max_episode_steps=5)
+    assert ours.unwrapped.freezes_ended_envs is True
     assert_same(ours.reset(seed=1), theirs.reset(seed=1), "reset")
     action = np.zeros((N, 3), dtype=np.float32)
     for t in range(5):
-        assert_same(ours.step(action), theirs.step(action), f"step {t}")
-    with pytest.raises(EndedEnvError, match=r"envs \[0, 1, 2\] ended"):
-        ours.step(action)
+        last = ours.step(action)
+        assert_same(last, theirs.step(action), f"step {t}")
+    assert last[3].all()
+    frozen = (last[0], np.zeros(N), last[2], last[3], {})  # obs and flags kept, reward 0
+    assert_same(ours.step(action + 0.5), frozen, "every env frozen")
     mask = np.array([True, False, True])
     assert_same(ours.reset(options={"reset_mask": mask}),
                 theirs.reset(options={"reset_mask": mask.copy()}), "masked reset")
-    with pytest.raises(EndedEnvError, match=r"envs \[1\] ended"):
-        ours.step(action)
+    obs, rewards, terminated, truncated, infos = ours.step(action + 0.5)
+    for i in (0, 2):  # stepped as gymnasium's env i, from its masked reset
+        single = theirs.envs[i].step(action[i] + 0.5)
+        assert_same((obs[i], rewards[i], terminated[i], truncated[i]), single[:4], f"env {i}")
+        assert all(infos[f"_{key}"][i] for key in single[4])
+    assert_same((obs[1], rewards[1], terminated[1], truncated[1]),
+                (last[0][1], 0.0, last[2][1], True), "env 1 still frozen")
+    assert not any(mask_[1] for key, mask_ in infos.items() if key.startswith("_"))
 
 
 def test_the_comparison_sees_a_one_ulp_difference():
@@ -310,6 +318,38 @@ def test_hosted_in_workers_it_samples_what_vecsample_samples_from_gymnasiums_env
     expected = sampler_trajectory(bare, 25)
     assert_same_trajectory(sampler_trajectory(hosted, 25), expected)
     assert sum(bool(t[3].any()) for t in expected[1:]) >= 2  # autoresets were compared
+
+
+def test_hosted_under_disabled_ended_envs_stay_frozen_as_vecsamples_single_envs_do(
+        make_sampler):
+    """Hopper's episodes end at different steps under random actions; the ended rows stay
+    frozen (not refused) until a reset by mask, as the env block leaves single envs."""
+    bare = make_sampler("Hopper-v5", num_envs=HN, num_workers=HW, autoreset_mode="Disabled")
+    hosted = make_sampler(HostedVector("HopperBatch-v5", kwargs={"autoreset_mode": "Disabled"}),
+                          num_envs=HN, num_workers=HW, autoreset_mode="Disabled")
+
+    def run(sampler: VecSampler) -> list[Any]:
+        obs, infos = sampler.reset(seed=5)
+        out: list[Any] = [obs.copy(), infos]
+        rng = np.random.default_rng(5)
+        for t in range(60):
+            r = sampler.step(rng.uniform(-1, 1, (HN, 3)).astype(np.float32), copy=True)
+            out += [r.obs, r.rewards, r.terminated, r.truncated, r.infos]
+            ended = r.terminated | r.truncated
+            if t == 40 and ended.any():
+                obs, infos = sampler.reset(mask=ended)
+                out += [obs.copy(), infos]
+        return out
+
+    expected = run(bare)
+    for k, (x, y) in enumerate(zip(run(hosted), expected, strict=True)):
+        if isinstance(y, np.ndarray):
+            np.testing.assert_array_equal(x, y, err_msg=f"item {k}", strict=True)
+        else:
+            assert x == y, f"item {k}"
+    ended = np.array([expected[4 + 5 * t] | expected[5 + 5 * t] for t in range(40)])
+    frozen_beside_live = ended[:-1] & ~ended[:-1].all(axis=1, keepdims=True)
+    assert frozen_beside_live.sum() > HN  # rows were frozen while others went on stepping
 
 
 def test_hosted_task_envs_take_one_task_per_env_through_the_sampler(make_sampler):

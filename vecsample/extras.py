@@ -22,6 +22,7 @@ EXTRA_OF: dict[str, str] = {
     "ray": "ray",
     "stable_baselines3": "sb3",
     "matplotlib": "plot",
+    "ale_py": "bench",  # vecsample bench's ALE rows (ALE/Pong-v5)
 }
 
 

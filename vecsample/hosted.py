@@ -28,9 +28,14 @@ go on.
 ``autoreset_mode="Disabled"`` works with a hosted env built for it (its
 ``metadata["autoreset_mode"]`` is ``DISABLED``, as a ``SyncVectorEnv(...,
 autoreset_mode=AutoresetMode.DISABLED)``'s): nothing autoresets, and ended envs are reset with
-``reset(mask=...)``, passed on as ``options["reset_mask"]``. A batch steps all its rows, so where
-single envs stay frozen, a block with an ended env is refused (``HostedEnvError``) before its
-step is posted, until that env is reset.
+``reset(mask=...)``, passed on as ``options["reset_mask"]``. Where single envs that ended stay
+frozen, a hosted env freezes its ended rows only if it declares so with the attribute
+``freezes_ended_envs = True`` (on the env or its unwrapped env; the batch-native MuJoCo envs
+do): its ``step`` then steps only the rows that have not ended since their reset, and the block
+writes what an env block writes for a frozen env whatever the env returns in the others (their
+observation and ``terminated`` / ``truncated`` kept, reward 0, no infos). Any other env steps
+all its rows, so a block with an ended env is refused (``HostedEnvError``) before its step is
+posted, until that env is reset.
 
 What else a hosted env cannot honour is refused with a ``HostedEnvError``: an autoreset mode
 other than the env's own (``AutoresetMismatchError``) and pickled (variable-shape) spaces, at
@@ -132,6 +137,8 @@ class HostedSlot:
         self.mode = mode
         #: The commands the parent's probe found no method for, with the env type it names.
         self.lacking: dict[Command, str] = {}
+        #: Whether the probed env freezes its ended rows under DISABLED (``freezes``).
+        self.freezes = False
 
     def __call__(self) -> gym.Env[Any, Any]:
         raise HostedEnvError(feature="building one env", reason="a hosted vector env is built "
@@ -142,7 +149,7 @@ class HostedSlot:
 
     def __setstate__(self, state: bytes) -> None:
         self.hosted, self.mode = cloudpickle.loads(state)
-        self.lacking = {}
+        self.lacking, self.freezes = {}, False
 
     def build(self, num_envs: int) -> gym.vector.VectorEnv:
         """The block's vector env, checked: its size and its autoreset mode."""
@@ -182,6 +189,7 @@ def probe_spaces(slot: Any, obs: Space | None, act: Space | None) -> tuple[Space
         act = env.single_action_space if act is None else act
         slot.lacking = {command: name for command, probe in METHODS.items()
                         if (name := probe(env)[1]) is not None}
+        slot.freezes = freezes(env)
     finally:
         env.close()
     pickled = [leaf.name for space in (obs, act) for leaf in leaves(space) if not leaf.shared]
@@ -198,17 +206,31 @@ def check_command(env_fns: Sequence[Any], command: Command) -> None:
         raise missing(command, env_fns[0].lacking[command])
 
 
+def freezes(env: gym.vector.VectorEnv) -> bool:
+    """Whether ``env`` declares ``freezes_ended_envs = True``: under DISABLED its ``step``
+    steps only the rows that have not ended since their reset."""
+    return any(getattr(holder, "freezes_ended_envs", False) is True
+               for holder in (env, env.unwrapped))
+
+
+def refuses_frozen(env_fns: Sequence[Any], mode: AutoresetMode) -> bool:
+    """Whether the parent must refuse to step a block with an ended row
+    (``check_not_ended``): a hosted env under DISABLED that does not freeze its ended rows."""
+    return is_hosted(env_fns) and mode is AutoresetMode.DISABLED and not env_fns[0].freezes
+
+
 def check_not_ended(views: Any, lo: int) -> None:
-    """DISABLED: a hosted block steps all its rows, so a row that ended (and was not restarted
-    since) must be reset with ``reset(mask=...)`` before its block steps; refused before
-    anything is posted. Single envs stay frozen instead; a batch cannot."""
+    """DISABLED with a hosted env that does not freeze its ended rows (``refuses_frozen``): it
+    steps all its rows, so a row that ended (and was not restarted since) must be reset with
+    ``reset(mask=...)`` before its block steps; refused before anything is posted."""
     ended = (views.terminated | views.truncated) & ~views.restarted
     if ended.any():
         rows = (np.flatnonzero(ended) + lo).tolist()
         raise HostedEnvError(
             feature="autoreset_mode='Disabled'", reason=f"envs {rows} ended and the hosted "
             "vector env steps its whole batch, so they cannot stay frozen as single envs do",
-            fix="reset them first with reset(mask=...) naming them")
+            fix="reset them first with reset(mask=...) naming them, or host an env that "
+            "freezes its ended rows (freezes_ended_envs = True)")
 
 
 def missing(command: Command, env: str) -> HostedMethodError:

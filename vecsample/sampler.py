@@ -166,9 +166,8 @@ class VecSampler:
             else RaiseFailures())
         #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
         self.restart_log = self._failures.log
-        #: DISABLED with a hosted env: a block with an ended env must be reset before it steps.
-        self._no_frozen = (hosted.is_hosted(self.config.env_fns)
-                           and self.autoreset_mode is AutoresetMode.DISABLED)
+        #: DISABLED with a hosted env that cannot freeze rows: an ended env is reset first.
+        self._no_frozen = hosted.refuses_frozen(self.config.env_fns, self.autoreset_mode)
         self._heal = self._failures.heal_hook
         self._closed = False
         try:

@@ -6,8 +6,11 @@ with one copy (the parent's side, the user's ``HostedVector`` and its checks, is
 A step writes what the env block's loop of the same mode writes (``env_block.py``), from the
 vector env's own autoreset: under SAME_STEP the final observations come from
 ``infos["final_obs"]`` (gymnasium's convention); under NEXT_STEP the rows that ended at the last
-step come back reset, their infos as reset infos; under DISABLED the parent posts no step to a
-block with an ended row (``hosted.check_not_ended``).
+step come back reset, their infos as reset infos; under DISABLED a row that ended is frozen, as
+in the env block's table, for an env that freezes its ended rows (``freezes_ended_envs``): its
+observation, ``terminated`` and ``truncated`` are kept, its reward is 0 and it has no record,
+whatever the env returned for it. The parent posts no step to a block with an ended row of any
+other env (``hosted.check_not_ended``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ class HostedBlock:
         self.write_final = obs_writer(spec.buffers, views.final_obs_leaves)
         # Batched, in shared memory: the env reads this step's actions where the parent wrote them.
         self.actions = unflatten(spec.buffers.action_space, iter(views.action_leaves))
-        self.ended = np.zeros(self.count, dtype=bool)  # NEXT_STEP: reset at the next step
+        # NEXT_STEP: reset at the next step; DISABLED: frozen until reset (a freezing env)
+        self.ended = np.zeros(self.count, dtype=bool)
         self.after_step = {AutoresetMode.SAME_STEP: self._same_step,
                            AutoresetMode.NEXT_STEP: self._next_step,
                            AutoresetMode.DISABLED: self._disabled}[self.mode]
@@ -77,14 +81,21 @@ class HostedBlock:
 
     def _disabled(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
                   records: list[InfoRecord]) -> None:
-        """DISABLED: nothing resets; the parent steps a block only when none of its rows has
-        ended since its reset (``check_not_ended``)."""
-        v = self.views
-        _put_obs(v.obs_leaves, obs, v)
+        """DISABLED: nothing resets. The rows that ended before this step (only an env that
+        freezes them is posted a step with such rows: ``check_not_ended``) are written as the
+        env block writes a frozen env: nothing but a reward of 0."""
+        v, frozen = self.views, self.ended.copy()
+        live = None if not frozen.any() else ~frozen
+        _put_obs(v.obs_leaves, obs, v, live)
+        if live is not None:
+            rewards, terminated, truncated = (np.asarray(x) for x in scalars)
+            scalars = (np.where(live, rewards, 0), np.where(live, terminated, v.terminated),
+                       np.where(live, truncated, v.truncated))
         _put_scalars(v, scalars)
+        np.logical_or(v.terminated, v.truncated, out=self.ended)
         if self.infos:
             records += [(j, info, None) for j, info in sorted(_split(infos, self.count).items())
-                        if info]
+                        if info and not frozen[j]]
 
     def _same_step(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
                    records: list[InfoRecord]) -> None:
@@ -175,13 +186,15 @@ class HostedBlock:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _put_obs(views: list[np.ndarray], obs: Any, all_views: Any) -> None:
-    """One copy per observation leaf; the batch must have each leaf's exact shape."""
+def _put_obs(views: list[np.ndarray], obs: Any, all_views: Any,
+             rows: np.ndarray | None = None) -> None:
+    """One copy per observation leaf (of the rows of the mask ``rows`` only, if given); the
+    batch must have each leaf's exact shape."""
     parts = [obs] if len(views) == 1 and not isinstance(obs, (dict, tuple)) else _leaves_of(
         all_views.obs, obs)
     for view, part in zip(views, parts, strict=True):
         _copy_exact(view, part, "observations",
-                    " (the block's envs times the leaf's shape); nothing is broadcast.")
+                    " (the block's envs times the leaf's shape); nothing is broadcast.", rows)
 
 
 def _leaves_of(template: Any, value: Any) -> list[Any]:
@@ -200,14 +213,17 @@ def _put_scalars(v: Any, scalars: tuple[Any, Any, Any]) -> None:
         _copy_exact(view, value, name, "; return one value per env of the batch.")
 
 
-def _copy_exact(view: np.ndarray, value: Any, name: str, fix: str) -> None:
-    """One copy of a whole field into its view; a shape other than the view's is an error
-    (``fix``: the end of its message), never broadcast."""
+def _copy_exact(view: np.ndarray, value: Any, name: str, fix: str,
+                rows: np.ndarray | None = None) -> None:
+    """One copy of a whole field into its view (of the rows of the mask ``rows`` only, if
+    given); a shape other than the view's is an error (``fix``: the end of its message), never
+    broadcast."""
     arr = np.asarray(value)
     if arr.shape != view.shape:
         raise EnvOutputError(f"the hosted vector env returned {name} of shape {arr.shape}, "
                              f"expected {view.shape}{fix}")
-    np.copyto(view, arr, casting="unsafe")
+    where: Any = True if rows is None else rows.reshape(rows.shape + (1,) * (view.ndim - 1))
+    np.copyto(view, arr, casting="unsafe", where=where)
 
 
 def _split(infos: dict[str, Any], count: int) -> dict[int, dict[str, Any]]:

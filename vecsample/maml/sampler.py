@@ -33,6 +33,7 @@ from typing import Any, Protocol, cast
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.envs.registration import load_env_creator
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
@@ -40,6 +41,8 @@ from vecsample import errors
 from vecsample._wire.protocol import AutoresetMode
 from vecsample.config import DEFAULT_CONTEXT, DEFAULT_DEADLINE, check_int
 from vecsample.envs.base import Task, TaskEnv
+from vecsample.envs.mujoco_batch import BATCH_IDS
+from vecsample.hosted import HostedVector
 from vecsample.maml.episodes import BatchEpisodes
 from vecsample.maml.errors import TaskEnvError
 from vecsample.maml.losses import reinforce_loss
@@ -196,6 +199,14 @@ class MultiTaskSampler:
             episode per env and round), ``check_actions`` (off: Gaussian actions are clipped by
             the envs), ``infos`` (on only for ``episode_info_keys``) and the VecSampler's seed
             (drawn from ``seed``); ``pipeline``, ``record`` and ``replay`` are refused.
+        batch_envs: Whether to sample the batch-native form of ``env_name`` where it has one
+            (``vecsample.envs.BATCH_IDS``: HalfCheetahVel/Dir, AntVel/Dir/Pos, docs/
+            mujoco_batch.md): each worker then steps one ``HostedVector`` of its block, its
+            physics through ``mujoco.rollout``, instead of one gymnasium env per row. The
+            episodes are the same, bit for bit, for the same seed [``test_mujoco_maml.py``].
+            ``env_kwargs`` that only the single envs take (the v5 reward keywords, which they
+            ignore) keep the single envs. False: single envs always. The attribute
+            ``batch_id`` names the batch id the workers build (None: single envs).
 
     Raises:
         TaskEnvError: The env has no ``sample_tasks`` / ``reset_task`` (not a task env).
@@ -241,13 +252,14 @@ class MultiTaskSampler:
         context: str = DEFAULT_CONTEXT,
         deadline: float | None = DEFAULT_DEADLINE,
         options: Options | None = None,
+        batch_envs: bool = True,
     ) -> None:
         self.env_name, self.env_kwargs = env_name, dict(env_kwargs or {})
+        self.batch_id = _batch_form(env_name, self.env_kwargs) if batch_envs else None
         self.batch_size = check_int(batch_size, "batch_size")
         chosen = _sampler_options(options, seed=seed, num_workers=num_workers, context=context,
                                   deadline=deadline)
-        self.policy = policy
-        self.baseline = copy.deepcopy(baseline)  # fitted on every batch, by the sampling thread
+        self.policy, self.baseline = policy, copy.deepcopy(baseline)  # fitted by our thread
         # Seeds drawn in order (task sampler, envs, action noise): 32-bit children of seed.
         self._seeds = SeedStream(chosen.seed, dtype=np.uint32)
         self.seed = self._seeds.seed
@@ -265,8 +277,7 @@ class MultiTaskSampler:
         self._loop = _main_loop()
         self._vec: VecSampler | None = None
         self._thread: threading.Thread | None = None
-        self._stop, self._waiting = threading.Event(), False
-        self.closed = False
+        self._stop, self._waiting, self.closed = threading.Event(), False, False
 
     @property
     def options(self) -> Options:
@@ -601,13 +612,32 @@ class _Rollout:
 
 
 def _vec_sampler(sampler: MultiTaskSampler, num_envs: int, num_workers: int) -> VecSampler:
-    """The VecSampler of ``num_envs`` copies of the sampler's env."""
+    """The VecSampler of ``num_envs`` copies of the sampler's env: one batch-native vector env
+    per worker (``batch_id``), else one gymnasium env per row."""
+    env_fns: list[Any] | HostedVector = [sampler._factory] * num_envs
+    if sampler.batch_id is not None:
+        env_fns = HostedVector(sampler.batch_id, kwargs={
+            **sampler.env_kwargs, "autoreset_mode": AutoresetMode.DISABLED.value})
     return VecSampler(
-        [sampler._factory] * num_envs,
+        env_fns,
+        num_envs=num_envs,
         observation_space=sampler.env.observation_space,
         action_space=sampler.env.action_space,
         options=sampler.options.replace(num_workers=num_workers, seed=sampler._seeds.draw()),
     )
+
+
+def _batch_form(env_name: str, env_kwargs: dict[str, Any]) -> str | None:
+    """``env_name``'s batch-native id, if it has one that takes every keyword of
+    ``env_kwargs`` (the batch task envs refuse the v5 reward keywords that their single envs
+    take and ignore); else None."""
+    batch_id = BATCH_IDS.get(env_name)
+    if batch_id is None:
+        return None
+    entry = gym.spec(batch_id).vector_entry_point
+    env_class = load_env_creator(entry) if isinstance(entry, str) else entry
+    accepted = {*getattr(env_class, "DEFAULTS", {}), "max_episode_steps", "num_threads"}
+    return batch_id if set(env_kwargs) <= accepted else None
 
 
 #: The options this sampler sets itself: (value, why).

@@ -42,6 +42,7 @@ from vecsample.tools.bench_backends import (
     Config,
     Unavailable,
     cpu_seconds,
+    make_id,
     round_trips,
     sampler_stats,
 )
@@ -50,12 +51,18 @@ from vecsample.tools.bench_backends import (
 RECORD_ROW = "vecsample_partial_record"
 DEFAULT_BACKENDS = [name for name in BACKENDS
                     if name != RECORD_ROW and name not in ("vector_one", "hosted")]
-#: Env counts per env id when --num-envs is not given (the targets of issue 4).
-DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64]}
-#: With --vectorization: the counts of issue 18 (a batch pays more the larger it is).
-HOSTED_COUNTS = {"CartPole-v1": [64, 512, 4096], "HalfCheetah-v5": [64]}
+#: Env ids when --envs is not given: a cheap env, a MuJoCo env and an Atari env (issue 24).
+DEFAULT_ENVS = ["CartPole-v1", "HalfCheetah-v5", "ALE/Pong-v5"]
+#: With --vectorization: envs with a batched form (CartPole's entry point, the batch-native
+#: HalfCheetah of vecsample.envs).
+HOSTED_ENVS = ["CartPole-v1", "HalfCheetah-v5"]
+#: Env counts per env id when --num-envs is not given (the targets of issues 4 and 24).
+DEFAULT_COUNTS = {"CartPole-v1": [64, 128], "HalfCheetah-v5": [64], "ALE/Pong-v5": [16]}
+#: With --vectorization: the counts of issue 18 (a batch pays more the larger it is), and
+#: issue 25's 32 MuJoCo envs.
+HOSTED_COUNTS = {"CartPole-v1": [64, 512, 4096], "HalfCheetah-v5": [32], "Ant-v5": [32]}
 VERSIONED = ("vecsample", "numpy", "gymnasium", "mujoco", "torch", "stable_baselines3",
-             "envpool")
+             "envpool", "ale_py")
 
 
 @dataclass
@@ -90,10 +97,14 @@ class Row:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "HalfCheetah-v5"],
-                        help="gymnasium ids")
+    parser.add_argument("--envs", nargs="+", default=None,
+                        help="gymnasium ids (default: " + ", ".join(DEFAULT_ENVS) + "; with "
+                        "--vectorization: " + ", ".join(HOSTED_ENVS) + "); ALE ids need "
+                        "ale-py (the bench extra)")
     parser.add_argument("--num-envs", nargs="+", type=int, default=None,
-                        help="env counts (default: 64 and 128 for CartPole, 64 otherwise)")
+                        help="env counts (default: 64 and 128 for CartPole, 16 for ALE/Pong, 64 "
+                        "otherwise; with --vectorization: 64, 512 and 4096 for CartPole, 32 for "
+                        "HalfCheetah and Ant)")
     parser.add_argument("--workers", type=int, default=None,
                         help="vecsample workers (default: the cores)")
     parser.add_argument("--cores", type=int, default=None,
@@ -106,9 +117,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"add the row {RECORD_ROW} (partial batches recording a replay log) "
                         "after the partial row, and the cost of recording against it")
     parser.add_argument("--vectorization", choices=VECTORIZATIONS, default=None,
-                        help="measure hosted vector envs (one batch-native vector env per "
-                        "worker) against the same vector env in one process, EnvPool and the "
-                        "bare loop, at 64, 512 and 4096 CartPole envs by default")
+                        help="measure hosted vector envs (one batched vector env per worker: "
+                        "gymnasium's vector entry point, or vecsample's batch-native MuJoCo "
+                        "env, e.g. HalfCheetahBatch-v5 for HalfCheetah-v5) against the same "
+                        "vector env in one process, VecSampler over the single envs, EnvPool, "
+                        "the bare loop and the machine limit")
     parser.add_argument("--policy", choices=["none", "mlp"], default="none",
                         help="none: pre-sampled actions; mlp: a 64×64 torch MLP in the parent")
     parser.add_argument("--timeout", type=float, default=0.0005,
@@ -140,12 +153,15 @@ def configs(args: argparse.Namespace) -> list[Config]:
     workers = args.workers or cores
     hosted = getattr(args, "vectorization", None)
     counts = HOSTED_COUNTS if hosted else DEFAULT_COUNTS
+    args.envs = args.envs or list(HOSTED_ENVS if hosted else DEFAULT_ENVS)
     out = []
     if args.sleep_env < 0:
         raise ConfigError(name="--sleep-env", expected="seconds >= 0", got=args.sleep_env,
                           fix="give the sleep per worker batch, e.g. 0.0005")
     envs = [f"sleep {args.sleep_env * 1e3:g} ms"] if args.sleep_env else args.envs
     for env_id in envs:
+        if env_id.startswith("ALE/"):
+            require("ale_py", feature=f"vecsample bench's {env_id} rows", extra="bench")
         for n in args.num_envs or counts.get(env_id, [64]):
             for name, parts in (("workers", workers), ("cores", cores)):
                 if parts < 1 or n % parts:
@@ -169,6 +185,8 @@ def layout(name: str, cfg: Config) -> str:
         return f"{cfg.cores} × {cfg.envs_per_core}"
     if name in ("async", "sb3"):
         return f"{cfg.num_envs} × 1"
+    if name == "vector_one" and cfg.batch_native:
+        return f"1 × {cfg.num_envs}, {cfg.cores} threads"
     if name in ("sync", "vector_one"):
         return f"1 × {cfg.num_envs}"
     if name == "envpool":
@@ -233,7 +251,7 @@ def efficiencies(cfg: Config) -> dict[str, float]:
     """E of every autoreset mode for one worker's block of envs (not for sleep envs)."""
     if cfg.sleep:
         return {}
-    block = [EnvMaker(cfg.env_id)] * cfg.envs_per_worker
+    block = [EnvMaker(cfg.make_id)] * cfg.envs_per_worker
     return {mode.value: efficiency.measure(block, mode, infos=True).efficiency
             for mode in AutoresetMode}
 
@@ -301,7 +319,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any] | None:
     """Round trip of step_send + step_recv, 1 worker × 1 env: median of the block medians."""
     if args.latency_steps <= 0:
         return None
-    blocks, env_s = round_trips(args.envs[0], args.repeats, args.latency_steps)
+    blocks, env_s = round_trips(make_id(args.envs[0]), args.repeats, args.latency_steps)
     medians = [statistics.median(b) * 1e6 for b in blocks]
     every = sorted(t * 1e6 for b in blocks for t in b)
     return {
@@ -492,13 +510,15 @@ def recording_cost(rows: list[Row]) -> str:
 
 
 def _hosted_conclusion(by: dict[str, Row]) -> str:
-    """``hosted 1.62× the vector env in one process, 11.3× EnvPool``: issue 18's ratios."""
+    """``hosted 1.62× one process, 1.51× the machine limit, ...``: issues 18's and 25's
+    ratios."""
     hosted = by["hosted"].steps_per_s or 0.0
-    parts = [f"hosted {hosted / (by[name].steps_per_s or 1.0):.2f}× {what}"
-             for name, what in (("vector_one", "the vector env in one process"),
-                                ("envpool", "EnvPool"), ("bare", "the bare loop"))
+    parts = [f"{hosted / (by[name].steps_per_s or 1.0):.2f}× {what}"
+             for name, what in (("vector_one", "one process"), ("machine", "the machine limit"),
+                                ("vecsample", "VecSampler"), ("envpool", "EnvPool"),
+                                ("bare", "the bare loop"))
              if name in by]
-    return ", ".join(parts)
+    return "hosted " + ", ".join(parts)
 
 
 def render(rows: list[Row], lat: dict[str, Any] | None, timeout: float | None) -> str:

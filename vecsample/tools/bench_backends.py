@@ -5,6 +5,12 @@ others, so a burst of load elsewhere on the machine hits every row alike), then 
 ``run`` returns env steps per second over ``seconds`` of stepping; building and resetting are
 never timed. Optional backends (SB3, EnvPool) raise ``Unavailable`` with the reason, and their
 row is skipped.
+
+The hosted rows (``--vectorization``) build an env id's batched form: gymnasium's vector entry
+point, or for a MuJoCo id with a batch-native form in ``vecsample.envs.BATCH_IDS``
+(``HalfCheetah-v5`` -> ``HalfCheetahBatch-v5``, docs/mujoco_batch.md) that env. ALE's ids
+(``ALE/Pong-v5``) are built as ``ale_py:ALE/Pong-v5`` (``Config.make_id``), so that every
+process imports ale_py, which registers them, first.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import numpy as np
 
 from vecsample.adapters.gymnasium import VectorEnv
 from vecsample.config import EnvMaker
+from vecsample.envs.mujoco_batch import BATCH_IDS  # vecsample.envs registers the batch ids
 from vecsample.extras import require
 from vecsample.hosted import HostedVector
 from vecsample.sampler import VecSampler
@@ -63,8 +70,24 @@ class Config:
         return self.num_envs // self.workers
 
     @property
+    def make_id(self) -> str:
+        """The id that builds the env in any process (``make_id``)."""
+        return make_id(self.env_id)
+
+    @property
+    def batch_native(self) -> bool:
+        """Whether the hosted rows build vecsample's batch-native MuJoCo env for ``env_id``."""
+        return self.vectorization == "vector_entry_point" and self.env_id in BATCH_IDS
+
+    @property
     def envs_per_core(self) -> int:
         return self.num_envs // self.cores
+
+
+def make_id(env_id: str) -> str:
+    """``env_id`` as ``gymnasium.make`` builds it in a fresh process: ALE's ids with gymnasium's
+    ``module:`` prefix (ale_py registers them when imported), any other id as it is."""
+    return f"ale_py:{env_id}" if env_id.startswith("ALE/") else env_id
 
 
 class Backend(Protocol):
@@ -198,7 +221,7 @@ class Sampler:
         self._logs = tempfile.TemporaryDirectory() if record else None
         path = None if self._logs is None else os.path.join(self._logs.name, "run.vsreplay")
         # infos on: the default path (issue 15); their numeric values travel in shared memory.
-        self.sampler = sampler or VecSampler(_fns(cfg) if cfg.sleep else cfg.env_id,
+        self.sampler = sampler or VecSampler(_fns(cfg) if cfg.sleep else cfg.make_id,
                                              num_envs=cfg.num_envs, num_workers=cfg.workers,
                                              record=path, pipeline=pipeline)
         self.timeout = timeout
@@ -314,13 +337,13 @@ def cpu_seconds(pids: list[int]) -> float | None:
 def _fns(cfg: Config) -> list[Callable[[], gym.Env[Any, Any]]]:
     if cfg.sleep:
         return sleep_fns(cfg.num_envs, cfg.workers, cfg.sleep)
-    return [EnvMaker(cfg.env_id)] * cfg.num_envs
+    return [EnvMaker(cfg.make_id)] * cfg.num_envs
 
 
 def _bare(cfg: Config, procs: int) -> Backend:
     if cfg.sleep:
         raise Unavailable("not run with sleep envs: their limit is num_envs ÷ the sleep")
-    return BareLoops(cfg.env_id, procs, cfg.envs_per_core)
+    return BareLoops(cfg.make_id, procs, cfg.envs_per_core)
 
 
 def _no_sleep(builder: Callable[[Config], Backend]) -> Callable[[Config], Backend]:
@@ -365,28 +388,40 @@ def _envpool(cfg: Config) -> Backend:
     return GymnasiumStyle(env, cfg, seeded=True)
 
 
-def _batched(cfg: Config) -> None:
-    """Raises Unavailable for an env that has no batched form to host."""
+def _batched(cfg: Config) -> tuple[str, dict[str, Any]]:
+    """The id and keywords of the env's batched form, for ``gymnasium.make_vec``: the
+    batch-native MuJoCo env where there is one (in NextStep, as the hosted row runs), else the
+    env's own; Unavailable for an env that has none."""
+    if cfg.batch_native:
+        return BATCH_IDS[cfg.env_id], {"autoreset_mode": "NextStep"}
     spec = gym.spec(cfg.env_id)
     if cfg.vectorization == "vector_entry_point" and spec.vector_entry_point is None:
         raise Unavailable(f"{cfg.env_id} has no vector entry point in gymnasium "
-                          f"{gym.__version__} (no batched MuJoCo env is available here); "
-                          f"--vectorization sync hosts a SyncVectorEnv per worker instead")
+                          f"{gym.__version__} and no batch-native form in vecsample.envs"
+                          f".BATCH_IDS; --vectorization sync hosts a SyncVectorEnv per worker "
+                          f"instead")
+    return cfg.env_id, {}
 
 
 def _hosted(cfg: Config) -> Backend:
-    """VecSampler with one vector env per worker (NextStep: CartPole's entry point's mode)."""
-    _batched(cfg)
+    """VecSampler with one vector env per worker (NextStep: CartPole's entry point's mode; a
+    batch-native MuJoCo env steps its physics on one thread per worker)."""
+    env_id, kwargs = _batched(cfg)
     # infos off, as in the run of docs/benchmarks.md (CartPole's vector infos are empty).
-    sampler = VecSampler(HostedVector(cfg.env_id, cfg.vectorization), num_envs=cfg.num_envs,
-                         num_workers=cfg.workers, infos=False, autoreset_mode="NextStep")
+    sampler = VecSampler(HostedVector(env_id, cfg.vectorization, kwargs=kwargs),
+                         num_envs=cfg.num_envs, num_workers=cfg.workers, infos=False,
+                         autoreset_mode="NextStep")
     return Sampler(cfg, None, sampler=sampler)
 
 
 def _vector_one(cfg: Config) -> Backend:
-    """The same vector env as the hosted rows' in this process, all envs in one batch."""
-    _batched(cfg)
-    env = gym.make_vec(cfg.env_id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization)
+    """The same vector env as the hosted rows' in this process, all envs in one batch (a
+    batch-native MuJoCo env with one physics thread per core)."""
+    env_id, kwargs = _batched(cfg)
+    if cfg.batch_native:
+        kwargs["num_threads"] = cfg.cores
+    env = gym.make_vec(env_id, num_envs=cfg.num_envs, vectorization_mode=cfg.vectorization,
+                       **kwargs)
     return GymnasiumStyle(env, cfg)
 
 
@@ -414,8 +449,9 @@ BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
                    _no_sleep(_vector_one)),
     "hosted": ("vecsample VecSampler, one hosted vector env per worker", _no_sleep(_hosted)),
 }
-#: The rows of --vectorization ("Past the bare loop", docs/benchmarks.md).
-HOSTED_BACKENDS = ("bare", "machine", "vector_one", "hosted", "envpool")
+#: The rows of --vectorization ("Past the bare loop", docs/benchmarks.md): the bare loop, the
+#: machine limit, VecSampler over the single envs, the vector env in one process, hosted, EnvPool.
+HOSTED_BACKENDS = ("bare", "machine", "vecsample", "vector_one", "hosted", "envpool")
 
 
 # --- latency ---------------------------------------------------------------------------------
@@ -427,7 +463,7 @@ def round_trips(env_id: str, blocks: int, count: int) -> tuple[list[list[float]]
     Returns each block's round-trip times (seconds) and the worker's mean time per env step
     (its own clock), the part of a round trip that is the env and not the transport.
     """
-    with VecSampler(env_id, num_envs=1, num_workers=1, infos=False) as s:
+    with VecSampler(make_id(env_id), num_envs=1, num_workers=1, infos=False) as s:
         s.reset(seed=0)
         actions = ActionTable(s.single_action_space, 1).batches
         _round_trips(s, actions, min(count, 50))  # warm up caches and the pipe

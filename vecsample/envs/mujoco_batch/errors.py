@@ -44,15 +44,6 @@ class BatchActionError(BatchEnvError):
         self.got_shape = got
 
 
-class EndedEnvError(BatchEnvError):
-    """``autoreset_mode=DISABLED``: a step with envs that ended and were not reset."""
-
-    def __init__(self, *, env: str, rows: list[int]) -> None:
-        super().__init__(f"{env}.step with autoreset_mode=Disabled: envs {rows} ended and were "
-                         f"not reset; reset them first with reset(options={{'reset_mask': m}}).")
-        self.rows = rows
-
-
 class TaskCountError(BatchEnvError):
     """``reset_task(tasks)`` with another number of tasks than envs."""
 

@@ -8,6 +8,13 @@ a ``SyncVectorEnv`` do it: per-env generators seeded as ``SyncVectorEnv.reset`` 
 (an int ``s`` gives env ``i`` the seed ``s + i``; a list gives each its own), the time limit's
 truncation (``TimeLimit``), the three autoreset modes, ``reset(options={"reset_mask": m})``,
 and gymnasium's vector infos with their masks (``final_obs`` / ``final_info`` under SameStep).
+
+Under Disabled an env that ended stays **frozen** until ``reset(options={"reset_mask": m})``
+names it, as a vecsample env block leaves a single env (docs/semantics.md): a step does not
+step its physics, and returns its last observation, reward 0, its ``terminated`` /
+``truncated`` as they were, and no infos for it (``freezes_ended_envs``, which a hosted block
+reads). gymnasium's ``SyncVectorEnv`` asserts there instead; every env that is stepped gives
+what gymnasium's gives.
 """
 
 from __future__ import annotations
@@ -22,7 +29,6 @@ from numpy.typing import NDArray
 
 from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
-    EndedEnvError,
     RefusedKeywordError,
     UnknownKeywordError,
 )
@@ -63,6 +69,9 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
     #: The observations' dtype (gymnasium's v5 envs: float64).
     OBS_DTYPE: ClassVar[type[np.floating[Any]]] = np.float64
     supports_reset_mask = True  # reset(options={"reset_mask": m}) resets only those rows
+    #: Disabled: ended envs stay frozen (not stepped, obs and flags kept, reward 0, no infos);
+    #: a hosted block steps such an env with ended rows (vecsample/hosted.py).
+    freezes_ended_envs = True
 
     def __init__(self, num_envs: int = 1, *, max_episode_steps: int | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
@@ -126,15 +135,12 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
 
     def step(self, actions: Any) -> Step:
         """One step of every env; ended envs autoreset as ``metadata["autoreset_mode"]``
-        says."""
+        says (NextStep: reset instead of stepped; Disabled: frozen)."""
         actions = self._check_actions(actions)
         mode = self.autoreset_mode
-        if mode is AutoresetMode.DISABLED and self._ended.any():
-            raise EndedEnvError(env=type(self).__name__,
-                                rows=np.flatnonzero(self._ended).tolist())
-        resetting = self._ended.copy() if mode is AutoresetMode.NEXT_STEP else np.zeros_like(
-            self._ended)
-        rows = np.flatnonzero(~resetting)
+        held = self._ended.copy() if mode is not AutoresetMode.SAME_STEP else np.zeros_like(
+            self._ended)  # the envs not stepped: reset (NextStep) or frozen (Disabled)
+        rows = np.flatnonzero(~held)
         before = self._before()
         controls = self._controls(actions)
         self.physics.step(controls, rows)
@@ -143,12 +149,21 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         self._elapsed[rows] += 1
         truncated = self._truncated()
         if mode is AutoresetMode.NEXT_STEP:
-            return self._next_step(resetting, rewards, terminated, truncated, columns)
-        self._ended = terminated | truncated
+            return self._next_step(held, rewards, terminated, truncated, columns)
         if mode is AutoresetMode.DISABLED:
-            return self._observe(), rewards, terminated, truncated, add_rows(
-                {}, columns, np.ones_like(self._ended))
+            return self._disabled(held, rewards, terminated, truncated, columns)
+        self._ended = terminated | truncated
         return self._same_step(rewards, terminated, truncated, columns)
+
+    def _disabled(self, frozen: NDArray[np.bool_], rewards: Array,
+                  terminated: NDArray[np.bool_], truncated: NDArray[np.bool_],
+                  columns: Columns) -> Step:
+        """Disabled: the envs that ended before this step are frozen: reward 0, no infos.
+        Their state and step count did not move, so their observation, termination and
+        truncation, computed again, are what they were."""
+        rewards[frozen] = 0.0
+        self._ended = terminated | truncated
+        return self._observe(), rewards, terminated, truncated, add_rows({}, columns, ~frozen)
 
     def _same_step(self, rewards: Array, terminated: NDArray[np.bool_],
                    truncated: NDArray[np.bool_], columns: Columns) -> Step:
