@@ -97,6 +97,12 @@ class Row:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _what_arguments(parser)
+    _how_arguments(parser)
+
+
+def _what_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is measured: the envs, their counts, the rows."""
     parser.add_argument("--envs", nargs="+", default=None,
                         help="gymnasium ids (default: " + ", ".join(DEFAULT_ENVS) + "; with "
                         "--vectorization: " + ", ".join(HOSTED_ENVS) + "); ALE ids need "
@@ -105,10 +111,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="env counts (default: 64 and 128 for CartPole, 16 for ALE/Pong, 64 "
                         "otherwise; with --vectorization: 64, 512 and 4096 for CartPole, 32 for "
                         "HalfCheetah and Ant)")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="vecsample workers (default: the cores)")
-    parser.add_argument("--cores", type=int, default=None,
-                        help="bare loops at once for the machine limit (default: usable cores)")
     parser.add_argument("--backends", nargs="+", default=None, choices=list(BACKENDS),
                         metavar="NAME", help="the rows to measure, in this order: "
                         + ", ".join(BACKENDS) + " (default: " + ", ".join(DEFAULT_BACKENDS)
@@ -122,16 +124,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "env, e.g. HalfCheetahBatch-v5 for HalfCheetah-v5) against the same "
                         "vector env in one process, VecSampler over the single envs, EnvPool, "
                         "the bare loop and the machine limit")
+    parser.add_argument("--sleep-env", type=float, default=0.0, metavar="SECONDS",
+                        help="instead of --envs: envs that sleep SECONDS per worker batch and "
+                        "use no CPU, to show the parent's limit with many workers (e.g. "
+                        "--sleep-env 0.0005 --workers 16 --num-envs 64)")
+
+
+def _how_arguments(parser: argparse.ArgumentParser) -> None:
+    """How it is measured and reported: workers, cores, policy, durations, outputs."""
+    parser.add_argument("--workers", type=int, default=None,
+                        help="vecsample workers (default: the cores)")
+    parser.add_argument("--cores", type=int, default=None,
+                        help="bare loops at once for the machine limit (default: usable cores)")
     parser.add_argument("--policy", choices=["none", "mlp"], default="none",
                         help="none: pre-sampled actions; mlp: a 64×64 torch MLP in the parent")
     parser.add_argument("--timeout", type=float, default=0.0005,
                         help="step_recv timeout of the partial-batch row (seconds)")
     parser.add_argument("--seconds", type=float, default=1.0, help="duration of one measurement")
     parser.add_argument("--repeats", type=int, default=5, help="figures are their median")
-    parser.add_argument("--sleep-env", type=float, default=0.0, metavar="SECONDS",
-                        help="instead of --envs: envs that sleep SECONDS per worker batch and "
-                        "use no CPU, to show the parent's limit with many workers (e.g. "
-                        "--sleep-env 0.0005 --workers 16 --num-envs 64)")
     parser.add_argument("--latency-steps", type=int, default=2000,
                         help="round trips per repeat for the latency (0: skip it)")
     parser.add_argument("--json", type=str, default=None, help="write all results here")
