@@ -12,22 +12,28 @@ import psutil
 import pytest
 
 
-def assert_same(a: Any, b: Any, where: str = "") -> None:
-    """Equal structure, values and dtypes; object arrays (gymnasium's final_obs) elementwise."""
+def assert_same(a: Any, b: Any, where: str = "", strict: bool = False) -> None:
+    """Equal structure, values and dtypes; object arrays (gymnasium's final_obs) elementwise.
+    ``strict``: to the bit, shapes and dtypes of every leaf too (scalars included), and the
+    same dict keys whatever their order."""
     if isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: keys {a.keys()} {b}"
+        assert isinstance(b, dict) and sorted(a) == sorted(b), f"{where}: keys {sorted(a)} {b}"
         for k in a:
-            assert_same(a[k], b[k], f"{where}/{k}")
+            assert_same(a[k], b[k], f"{where}/{k}", strict)
     elif isinstance(a, tuple):
         assert isinstance(b, tuple) and len(a) == len(b), where
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{where}/{i}")
+            assert_same(x, y, f"{where}/{i}", strict)
     elif isinstance(a, np.ndarray) and a.dtype == object:
         assert b.dtype == object and a.shape == b.shape, where
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             assert (x is None) == (y is None), f"{where}[{i}]"
             if x is not None:
-                assert_same(x, y, f"{where}[{i}]")
+                assert_same(x, y, f"{where}[{i}]", strict)
+    elif strict:
+        x, y = np.asarray(a), np.asarray(b)
+        assert x.dtype == y.dtype, f"{where}: dtype {x.dtype} != {y.dtype}"
+        np.testing.assert_array_equal(x, y, err_msg=where, strict=True)
     else:
         np.testing.assert_array_equal(a, b, err_msg=where)
         if isinstance(a, np.ndarray):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
+import helpers
 import numpy as np
 import pytest
 from helpers import kill_and_wait
@@ -63,25 +64,7 @@ def make_pair() -> Iterator[Callable[..., tuple[gym.vector.VectorEnv, gym.vector
 
 def assert_same(got: Any, expected: Any, where: str) -> None:
     """Equal to the bit, dtypes included; infos recursively (keys, masks, object arrays)."""
-    if isinstance(expected, dict):
-        assert isinstance(got, dict) and sorted(got) == sorted(expected), (
-            f"{where}: keys {sorted(got)} != {sorted(expected)}")
-        for key in expected:
-            assert_same(got[key], expected[key], f"{where}[{key!r}]")
-    elif isinstance(expected, tuple):
-        assert isinstance(got, tuple) and len(got) == len(expected), where
-        for k, (a, b) in enumerate(zip(got, expected, strict=True)):
-            assert_same(a, b, f"{where}[{k}]")
-    elif isinstance(expected, np.ndarray) and expected.dtype == object:
-        assert got.dtype == object and got.shape == expected.shape, where
-        for i, (a, b) in enumerate(zip(got, expected, strict=True)):
-            assert (a is None) == (b is None), f"{where}[{i}]"
-            if b is not None:
-                assert_same(a, b, f"{where}[{i}]")
-    else:
-        got, expected = np.asarray(got), np.asarray(expected)
-        assert got.dtype == expected.dtype, f"{where}: dtype {got.dtype} != {expected.dtype}"
-        np.testing.assert_array_equal(got, expected, err_msg=where, strict=True)
+    helpers.assert_same(got, expected, where, strict=True)
 
 
 def step_side_by_side(ours: gym.vector.VectorEnv, theirs: gym.vector.VectorEnv, steps: int,
