@@ -97,10 +97,9 @@ class Row:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--envs", nargs="+", default=None,
-                        help="gymnasium ids (default: " + ", ".join(DEFAULT_ENVS) + "; with "
-                        "--vectorization: " + ", ".join(HOSTED_ENVS) + "); ALE ids need "
-                        "ale-py (the bench extra)")
+    parser.add_argument("--envs", nargs="+", default=None, help=f"gymnasium ids (default: "
+                        f"{', '.join(DEFAULT_ENVS)}; with --vectorization: "
+                        f"{', '.join(HOSTED_ENVS)}); ALE ids need ale-py (the bench extra)")
     parser.add_argument("--num-envs", nargs="+", type=int, default=None,
                         help="env counts (default: 64 and 128 for CartPole, 16 for ALE/Pong, 64 "
                         "otherwise; with --vectorization: 64, 512 and 4096 for CartPole, 32 for "
