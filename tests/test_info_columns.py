@@ -5,6 +5,7 @@ keys whose type changes between envs, and values no column can hold."""
 from __future__ import annotations
 
 import functools
+import time
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -124,6 +125,40 @@ def test_vector_infos_equal_sync_vector_env(mode: AutoresetMode, schema: list[An
             np.testing.assert_array_equal(term, term2)
             assert_same(expected, got, f"step {t} infos")
             ended = term | trunc
+    finally:
+        ours.close()
+        sync.close()
+
+
+class SlowInfoEnv(InfoEnv):
+    """InfoEnv whose steps take ``delay`` seconds: makes its worker answer last."""
+
+    def __init__(self, env: int, schema: list[tuple[str, str, int, int, str]], length: int,
+                 delay: float) -> None:
+        super().__init__(env, schema, length)
+        self.delay = delay
+
+    def step(self, action: Any) -> Any:
+        time.sleep(self.delay)
+        return super().step(action)
+
+
+@pytest.mark.parametrize("slow_worker", [0, 1])
+def test_vector_infos_equal_sync_vector_env_whichever_worker_answers_first(
+        slow_worker: int) -> None:
+    """Every env has every key at every step (the common step, whose columns are joined whole):
+    the values land in their envs' rows whichever worker's columns arrive first."""
+    schema = [("f", "float", 1, 0, "both"), ("v", "vec_f4", 1, 0, "step"),
+              ("i", "int", 1, 0, "both")]
+    fns = [functools.partial(SlowInfoEnv, i, schema, 3, 0.02 if i // 3 == slow_worker else 0.0)
+           for i in range(6)]
+    sync = gym.vector.SyncVectorEnv(fns)
+    ours = vecsample.VectorEnv(fns, num_workers=2, context="fork")
+    try:
+        assert_same(sync.reset(seed=0)[1], ours.reset(seed=0)[1], "reset infos")
+        for t in range(8):
+            actions = np.ones(6, dtype=np.int64)
+            assert_same(sync.step(actions)[4], ours.step(actions)[4], f"step {t} infos")
     finally:
         ours.close()
         sync.close()

@@ -511,6 +511,8 @@ def _split_reset_mask(
 
 def _check_action_batch(actions: Any, num_envs: int) -> None:
     """A single scalar is not a batch (the shapes themselves are checked by the sampler)."""
+    if type(actions) is np.ndarray and actions.ndim:
+        return  # the common call, decided before the slower checks of an abstract Mapping
     if isinstance(actions, (Mapping, list, tuple)) or np.ndim(actions) > 0:
         return
     raise errors.ActionCountError(

@@ -28,6 +28,9 @@ Full = dict[str, tuple[Column, np.ndarray, np.ndarray]]
 
 def _full(blocks: list[Block], n: int) -> Full:
     """Every block's columns placed at their envs' rows, one array per key."""
+    joined = _joined(blocks, n)
+    if joined is not None:
+        return joined
     out: Full = {}
     for lo, columns in blocks:
         for column, values, present in columns:
@@ -38,6 +41,29 @@ def _full(blocks: list[Block], n: int) -> Full:
             full[lo:lo + len(values)] = values
             mask[lo:lo + len(values)] = present
     return out
+
+
+def _joined(blocks: list[Block], n: int) -> Full | None:
+    """The common step, in two numpy calls a key: every worker wrote the same columns and the
+    blocks tile the rows [0, n), so each key's values are the blocks' joined end to end. None
+    otherwise (a key some workers lack, a partial batch): ``_full`` places them row by row."""
+    if not blocks:
+        return None
+    ordered = sorted(blocks, key=lambda block: block[0])
+    first = [column.index for column, _, _ in ordered[0][1]]
+    end = 0
+    for lo, columns in ordered:
+        if lo != end or [column.index for column, _, _ in columns] != first:
+            return None
+        end += len(columns[0][1])
+    if end != n:
+        return None
+    if len(ordered) == 1:  # one worker: its copies are already whole
+        return {column.key: (column, values, present)
+                for column, values, present in ordered[0][1]}
+    return {column.key: (column, np.concatenate([cols[j][1] for _, cols in ordered]),
+                         np.concatenate([cols[j][2] for _, cols in ordered]))
+            for j, (column, _, _) in enumerate(ordered[0][1])}
 
 
 def _pick(use_b: np.ndarray, a: tuple[Column, np.ndarray, np.ndarray] | None,
@@ -58,7 +84,7 @@ def _merge(infos: dict[str, Any], use_b: np.ndarray, a: Full, b: Full,
            left: dict[int, dict[str, Any]], add_info: AddInfo) -> dict[str, Any]:
     """Columns of ``a`` (``b`` where ``use_b``) plus the pickled ``left`` per env."""
     slow = {key for info in left.values() for key in info}
-    any_b = bool(use_b.any())
+    any_b = bool(np.count_nonzero(use_b))
     for key in a.keys() | b.keys():
         pa, pb = a.get(key), b.get(key)
         if pa is not None and pb is not None and (pa[0].dtype, pa[0].shape) != (
@@ -72,7 +98,7 @@ def _merge(infos: dict[str, Any], use_b: np.ndarray, a: Full, b: Full,
             values, mask = pa[1], pa[2]
         else:
             values, mask = _pick(use_b, pa, pb)
-        if mask.any():
+        if np.count_nonzero(mask):  # a tenth of .any()'s cost on a short array
             infos[key], infos[f"_{key}"] = values, mask
     if slow:
         infos = _by_env(infos, slow, use_b, a, b, left, add_info)
@@ -100,10 +126,15 @@ def build(step: InfoMap, reset: InfoMap, mode: AutoresetMode, has_final: np.ndar
     """The vector infos of one step of every env, a restart's included (its infos are
     leftovers beside the other workers' columns)."""
     s, r = step.columnar(), reset.columnar()
-    same_step = mode is AutoresetMode.SAME_STEP
-    if not (s[0] or s[1] or r[0] or r[1] or (same_step and has_final.any())):
+    finals = mode is AutoresetMode.SAME_STEP and bool(np.count_nonzero(has_final))
+    if not (s[0] or s[1] or r[0] or r[1] or finals):
         return {}  # no info at all this step (CartPole's common case): nothing to build
     n = len(has_final)
+    if not (r[0] or r[1] or s[1] or finals):
+        # The common step: columns only, no env reset in it. Each key present in some env
+        # is its joined column and the presence mask, as they are.
+        return {name: value for key, (_, values, mask) in _full(s[0], n).items()
+                if np.count_nonzero(mask) for name, value in ((key, values), (f"_{key}", mask))}
     s_full, r_full = _full(s[0], n), _full(r[0], n)
     if mode is AutoresetMode.SAME_STEP:
         use_reset = has_final
@@ -117,7 +148,7 @@ def build(step: InfoMap, reset: InfoMap, mode: AutoresetMode, has_final: np.ndar
     left = {i: (r[1].get(i, {}) if use_reset[i] else s[1].get(i, {}))
             for i in set(s[1]) | set(r[1])}
     infos: dict[str, Any] = {}
-    if mode is AutoresetMode.SAME_STEP and has_final.any():
+    if finals:
         infos = _finals(infos, s_full, s[1], has_final, final_obs, add_info)
     return _merge(infos, use_reset, s_full, r_full, {i: v for i, v in left.items() if v},
                   add_info)
