@@ -137,3 +137,15 @@ def test_hosted_cost_experiment_reports_every_worker(tmp_path):
     cost = json.loads(out.read_text())
     assert len(cost["worker_user_us"]) == 2 and cost["wall_us"] > 0 and cost["worker_step_us"] > 0
     assert "one block stepped in this process" in proc.stdout
+
+
+def test_vector_env_parts_experiment_times_every_part():
+    proc = subprocess.run([sys.executable, "benchmarks/vector_env_parts.py", "--env-id",
+                           "CartPole-v1", "--num-envs", "4", "--steps", "50"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    parts = [line.split("  ")[0] for line in proc.stdout.splitlines()[2:]]
+    assert parts == ["send_all: check, copy, post", "sampler.batch: the merged StepResult",
+                     "vector infos from the columns", "observation copy (copy=True)",
+                     "the whole step()"], proc.stdout

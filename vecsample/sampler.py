@@ -270,7 +270,11 @@ class VecSampler:
         if self.config.spin_s > 0:
             # The parent only waits now: handing its core over at once lets the worker that
             # shares it start its envs without waiting for step_recv's bookkeeping.
+            yielded = time.perf_counter()
             os.sched_yield()
+            # Counted as waiting: the parent is away until a core is free, which on a machine
+            # with fewer cores than processes is most of the batch (stats(), the bench's phases).
+            self._meter.timers["wait_s"] += time.perf_counter() - yielded
         return self.batch(self._recv(self._everyone, None, self._wait, False), copy=copy)
 
     def batch(self, results: Sequence[StepResult] = (), *, copy: bool = False) -> StepResult:

@@ -23,7 +23,8 @@ class Meter:
     """A sampler's own timers (send, wait, recv counts), its age, and the phases of its users."""
 
     def __init__(self) -> None:
-        #: Added to on the hot path, so a plain dict: ``send_s``, ``wait_s`` (all of step_recv),
+        #: Added to on the hot path, so a plain dict: ``send_s``, ``wait_s`` (all of step_recv,
+        #: and the time step() gives its core away once it has posted),
         #: ``return_s`` (the part of ``wait_s`` spent reading finished steps: the parent's own
         #: work, not waiting), ``wait_cpu_s`` (CPU time spent waiting: spinning, polling),
         #: ``recvs``, ``workers_received``.
