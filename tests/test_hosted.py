@@ -402,18 +402,29 @@ def test_set_attr_without_the_method_is_refused_before_anything_is_sent(make_sam
 # --- Disabled: ended envs are reset by mask ------------------------------------------------------
 
 
-def _disabled_run(sampler: VecSampler, lengths: list[int], steps: int) -> list[Any]:
-    """Steps ``steps`` times, resetting the envs that ended by mask after each step."""
+#: Which envs a Disabled run resets by mask after step t (all False: none).
+ResetPolicy = Callable[[int, np.ndarray], np.ndarray]
+
+
+def _run_with_resets(sampler: VecSampler, lengths: list[int], steps: int,
+                     resets: ResetPolicy) -> list[Any]:
+    """Steps ``steps`` times under Disabled; after step t resets by mask the envs that
+    ``resets(t, ended)`` names. Returns everything the sampler gave, in order."""
     sampler.set_attr("length", lengths)
     out: list[Any] = list(sampler.reset(seed=4))
-    for action in actions_for(gym.spaces.MultiDiscrete([4] * N), steps):
+    for t, action in enumerate(actions_for(gym.spaces.MultiDiscrete([4] * N), steps)):
         r = sampler.step(action, copy=True)
         out += [r.obs, r.rewards, r.terminated, r.truncated, r.infos]
-        ended = r.terminated | r.truncated
-        if ended.any():
-            obs, infos = sampler.reset(mask=ended)
-            out += [obs.copy(), infos, ended]
+        mask = resets(t, r.terminated | r.truncated)
+        if mask.any():
+            obs, infos = sampler.reset(mask=mask)
+            out += [obs.copy(), infos, mask]
     return out
+
+
+def _disabled_run(sampler: VecSampler, lengths: list[int], steps: int) -> list[Any]:
+    """Resets the envs that ended by mask after each step."""
+    return _run_with_resets(sampler, lengths, steps, lambda t, ended: ended)
 
 
 def test_disabled_hosted_sync_vector_env_steps_like_the_bare_loop_with_resets_by_mask(
@@ -505,18 +516,10 @@ class FreezingCounting(gym.vector.VectorEnv):
 
 
 def _frozen_run(sampler: VecSampler, lengths: list[int], steps: int) -> list[Any]:
-    """Steps ``steps`` times, leaving ended envs frozen; at mid-way resets the ended envs of
-    even index by mask."""
-    sampler.set_attr("length", lengths)
-    out: list[Any] = list(sampler.reset(seed=4))
-    for t, action in enumerate(actions_for(gym.spaces.MultiDiscrete([4] * N), steps)):
-        r = sampler.step(action, copy=True)
-        out += [r.obs, r.rewards, r.terminated, r.truncated, r.infos]
-        if t == steps // 2:
-            mask = (r.terminated | r.truncated) & (np.arange(N) % 2 == 0)
-            obs, infos = sampler.reset(mask=mask)
-            out += [obs.copy(), infos, mask]
-    return out
+    """Leaves ended envs frozen; at mid-way resets the ended envs of even index by mask."""
+    even = np.arange(N) % 2 == 0
+    return _run_with_resets(sampler, lengths, steps,
+                            lambda t, ended: ended & even & (t == steps // 2))
 
 
 def test_a_hosted_env_that_freezes_ended_rows_steps_like_the_bare_loop_with_frozen_envs(
