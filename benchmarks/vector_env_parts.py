@@ -1,4 +1,4 @@
-"""Where VectorEnv's ``step`` spends its time in the parent, in the live loop (issue 24).
+"""Where VectorEnv's ``step`` spends its parent time in the live loop (docs/benchmarks.md).
 
 One ``VectorEnv`` with gymnasium's defaults (NextStep, infos, ``copy=True``) is stepped with
 actions sampled once; each part of ``step`` is timed on its own clock, step by step. The parts
