@@ -11,7 +11,10 @@ is held, the call returns normally, and the next call raises it before it does a
 send that raises KeyboardInterrupt has posted nothing (issue 23; docs/semantics.md). Workers
 ignore SIGINT (they get it too on Ctrl-C), and ``with`` blocks or the finalizer close the
 sampler as the exception unwinds. A trainer that catches KeyboardInterrupt to save a checkpoint
-keeps a working sampler. A SIGINT handler of the user's own is never replaced.
+keeps a working sampler. A SIGINT handled while a finalizer runs (a ``weakref.finalize``
+callback or a ``__del__``, which the garbage collector may start anywhere) is delivered again
+once it is over: Python drops what a finalizer raises, so raised there it would be lost. A
+SIGINT handler of the user's own is never replaced.
 
 SIGTERM: its default action kills the process with no cleanup. When the handler is still the
 default, the first sampler installs one that closes every open sampler (workers exit through
@@ -23,6 +26,7 @@ replaced; it then owns closing the samplers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -104,12 +108,42 @@ def _install_sigint() -> None:
         signal.signal(signal.SIGINT, _on_sigint)
 
 
+#: The code of ``weakref.finalize.__call__``: a frame running it is a finalizer.
+_FINALIZER_CODE = weakref.finalize.__call__.__code__
+#: Seconds before a SIGINT that came during a finalizer is delivered again.
+REDELIVER_AFTER = 0.002
+
+
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     if Section.depth > 0:
         Section.pending = True  # raised when the section ends
         return
+    if _in_finalizer(frame):
+        # Python prints and drops any exception a finalizer raises: raised here, the
+        # KeyboardInterrupt would be lost. Delivered again once the finalizer is over.
+        _redeliver(signum)
+        return
     Section.pending = False  # one held by ``commit`` is raised with this one
     signal.default_int_handler(signum, frame)  # Python's own, as if no handler were set
+
+
+def _in_finalizer(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a weakref finalizer or a ``__del__`` (the garbage
+    collector's, vecsample's shared memory regions' or anyone's), where a raise is dropped."""
+    while frame is not None:
+        if frame.f_code is _FINALIZER_CODE or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _redeliver(signum: int) -> None:
+    """Sends ``signum`` to this process again shortly, from a helper thread: the main thread
+    handles it at its next bytecode outside the finalizer (or defers it once more)."""
+    timer = threading.Timer(REDELIVER_AFTER, signal.raise_signal, (signum,))
+    timer.daemon = True  # never holds the interpreter's exit
+    with contextlib.suppress(RuntimeError):  # no new thread at interpreter shutdown
+        timer.start()
 
 
 def unregister(sampler: Closable) -> None:
