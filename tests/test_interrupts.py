@@ -194,7 +194,11 @@ def _interrupt_loop(s: VecSampler, seconds: float, seed: int) -> tuple[dict, dic
 
 
 def _send_and_receive(s: VecSampler, sent: dict, received: dict, todo: list) -> None:
-    while True:
+    """Sends and receives until the SIGINT set for this round raises; fails if it never does
+    (an interrupt lost, as one was inside a finalizer), rather than looping until the suite's
+    timeout."""
+    give_up = time.monotonic() + 5.0
+    while time.monotonic() < give_up:
         while todo:
             with contextlib.suppress(errors.WorkerBusyError):
                 s.step_send(todo[0], ones(2))
@@ -205,6 +209,7 @@ def _send_and_receive(s: VecSampler, sent: dict, received: dict, todo: list) -> 
             for r in results:
                 received[r.worker] += 1
                 todo.append(r.worker)
+    raise AssertionError("no KeyboardInterrupt 5 s after the SIGINT of this round: it was lost")
 
 
 @posix_only
