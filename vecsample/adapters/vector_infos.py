@@ -1,8 +1,10 @@
 """gymnasium's vector infos (``info[k]``, ``info["_k"]``) built from info columns, not per env.
 
 ``VectorEnv`` hands every step's ``InfoMap``s here, restarts included: it has no other info
-path. Each key that lives in a column becomes one ``np.where`` over whole arrays: the step
-column, or the reset column for the envs reset in this step. Only keys that also have pickled
+path. In the common step (every worker wrote the same columns, no env reset in it) each key is
+its workers' column copies joined end to end. Otherwise each key that lives in a column becomes
+one ``np.where`` over whole arrays: the step column, or the reset column for the envs reset in
+this step. Only keys that also have pickled
 values (another type than their column's, a nested dict, a string, a restart's reset infos)
 are built env by env, through gymnasium's own ``_add_info``, so the dtype comes from the first
 env that has the key, as in ``SyncVectorEnv``. The result equals what ``SyncVectorEnv``
