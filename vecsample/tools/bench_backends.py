@@ -232,12 +232,12 @@ class Sampler:
         # Reset here, once, as GymnasiumStyle does: a reset inside run() would fall inside the
         # bench's stats window and count as parent time "outside" the steps, lowering U (16 ALE
         # resets did: Pong's U read 0.53 for 0.90).
-        self.obs: Any = s.reset(seed=0)[0] if timeout is None else None
+        self.obs: Any = s.reset(seed=0)[0]
 
     def run(self, seconds: float) -> float:
         if self.timeout is None:
             return self._run_full(seconds)
-        result = sampling_loop(self.sampler, self.timeout, seconds, self.policy)
+        result = sampling_loop(self.sampler, self.timeout, seconds, self.policy, obs=self.obs)
         self._steps = result.steps
         return result.steps_per_s
 
