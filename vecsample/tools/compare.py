@@ -86,15 +86,11 @@ class LoopResult:
 def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, policy: Policy,
                   seed: int = 0, max_steps: int | None = None, obs: Any = None) -> LoopResult:
     """Runs the partial/full loop for ``seconds`` (or ``max_steps``), then drains every worker.
-
-    It starts with ``reset(seed=seed)``, or, given ``obs`` (the envs already reset, every worker
-    idle), with ``obs`` as the policy's first input: a caller that times the loop from outside
-    keeps the reset out of its window.
-    ``env_step_s`` is summed over workers (time inside ``env.step``); ``wait_s`` is the parent's
-    time in ``step_recv`` and ``policy_s`` its time in ``policy``.
-    """
-    if obs is None:
-        obs, _ = sampler.reset(seed=seed)
+    It starts with ``reset(seed=seed)``, or from ``obs`` (envs already reset, workers idle), so
+    a caller timing it from outside keeps the reset out of its window. ``env_step_s`` is summed
+    over workers (time inside ``env.step``); ``wait_s`` is the parent's time in ``step_recv``
+    and ``policy_s`` its time in ``policy``."""
+    obs = sampler.reset(seed=seed)[0] if obs is None else obs
     b = sampler.envs_per_slot
     sent = _send(sampler, range(sampler.num_slots), policy(np.asarray(obs)))
     received, recvs, calls, policy_s = 0, 0, 1, 0.0
