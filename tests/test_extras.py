@@ -47,6 +47,8 @@ def import_error(action: str, blocked: tuple[str, ...] = (), setup: str = "") ->
 
 CASES = [
     # (what the user does, the package that is missing, the extra the error must name)
+    ("import vecsample; vecsample.sb3.VecEnv", "stable_baselines3", "sb3"),
+    ("import vecsample; vecsample.train", "torch", "train"),
     ("import vecsample.train", "torch", "train"),
     ("import vecsample.maml", "torch", "maml"),
     ("from vecsample.maml import MultiTaskSampler", "torch", "maml"),
@@ -124,3 +126,15 @@ def test_metaworld_over_mujoco_4_names_the_command_that_fixes_it(case):
     assert error["type"] == "MissingExtraError", error
     assert METAWORLD_FIX in error["message"]
     assert ("libmujoco.so.4.0.0" if case == "plugins" else "mujoco 4.0.0") in error["message"]
+
+
+def test_a_subpackage_loads_on_first_use_after_a_plain_import():
+    """The README's one-line change, ``vecsample.sb3.VecEnv(env_fns)`` after ``import
+    vecsample``, finds the subpackage; an unknown name is still an AttributeError."""
+    code = ("import sys, vecsample; assert 'vecsample.sb3' not in sys.modules; "
+            "print(vecsample.sb3.VecEnv.__name__, vecsample.envs.__name__); "
+            "getattr(vecsample, 'no_such_name', None) is None or sys.exit(3)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["VecEnv", "vecsample.envs"]

@@ -3,8 +3,14 @@
 The public surface, re-exported here: ``VecSampler`` (the core) and its ``Options``,
 ``VectorEnv`` and ``make_vec`` (the gymnasium adapter), ``StepResult``, ``AutoresetMode``,
 ``EnvMaker``, ``HostedVector`` (one batch-native vector env per worker) and the ``errors``
-module. torch is never imported by ``import vecsample``.
+module. torch is never imported by ``import vecsample``. The subpackages ``envs``, ``maml``,
+``ray``, ``sb3``, ``tools`` and ``train`` load on first use (``vecsample.sb3.VecEnv`` after a
+plain ``import vecsample``), as ``import vecsample.sb3`` would load them; one whose extra is
+missing raises ``MissingExtraError`` then, naming the extra.
 """
+
+import importlib
+from types import ModuleType
 
 from vecsample import errors
 from vecsample._wire.protocol import AutoresetMode
@@ -26,3 +32,13 @@ __all__ = [
     "make_vec",
 ]
 __version__ = "0.1.0"
+
+#: Public subpackages that ``import vecsample`` leaves unloaded (some need an extra).
+_SUBPACKAGES = frozenset({"envs", "maml", "ray", "sb3", "tools", "train"})
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``vecsample.<subpackage>`` on first use: imported then, not by ``import vecsample``."""
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"vecsample.{name}")
+    raise AttributeError(f"module 'vecsample' has no attribute {name!r}")
