@@ -90,3 +90,47 @@ def test_parent_scaling_experiment_prints_each_worker_count():
     rows = [line.split() for line in proc.stdout.splitlines()[1:]]
     assert [(r[0], r[1]) for r in rows] == [("1", "full"), ("1", "partial"), ("4", "full"),
                                             ("4", "partial")], proc.stdout
+
+
+def test_handshake_floor_prints_the_floor_and_vecsample_for_each_worker_count():
+    proc = subprocess.run([sys.executable, "benchmarks/handshake_floor.py", "--workers", "1",
+                           "3", "--seconds", "0.05", "--repeats", "1"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert [(r[0], r[1]) for r in rows] == [(w, k) for w in ("1", "3")
+                                            for k in ("flat", "tree", "vecsample")], proc.stdout
+    for row in rows:  # U is a share of the wall time; a batch lasts at least its 0.5 ms sleep
+        u, batch_us = float(row[2]), float(row[3])
+        assert 0.0 < u <= 1.0 and batch_us >= 500.0, row
+
+
+def test_handshake_floor_without_a_compiler_says_what_to_install(tmp_path, monkeypatch):
+    from tests.test_flags import load
+
+    floor = load("handshake_floor")
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no cc on it
+    with pytest.raises(floor.NoCompilerError, match=r"needs a C compiler.*install one"):
+        floor.build(str(tmp_path))
+
+
+def test_hosted_ceiling_prints_the_ceiling_and_both_samplers_for_each_batch_size():
+    proc = subprocess.run([sys.executable, "benchmarks/hosted_ceiling.py", "--num-envs", "8",
+                           "64", "--seconds", "0.02", "--repeats", "1"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert [r[0] for r in rows] == ["8", "64"], proc.stdout
+    for _, whole, share, *speedups in rows:  # the ceiling is the ratio of the two timings
+        ceiling, hosted, parent_share = (float(x.rstrip("x")) for x in speedups)
+        assert ceiling == pytest.approx(float(whole) / float(share), abs=0.01)
+        assert hosted > 0 and parent_share > 0, rows
+
+
+def test_hosted_ceiling_refuses_a_single_worker():
+    proc = subprocess.run([sys.executable, "benchmarks/hosted_ceiling.py", "--workers", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode != 0 and "--workers must be at least 2" in proc.stderr

@@ -1,0 +1,132 @@
+"""The ceiling of hosted vector envs, the most a split over processes can give (docs/benchmarks.md).
+
+A hosted batch of ``n`` envs split over ``W`` worker processes (W cores) takes at least one
+worker's share, a vector step of ``n / W`` envs. One process takes a vector step of ``n``. So
+no sampler, with a free handshake and a free parent, beats one process by more than
+``t(n) / t(n / W)``: the ceiling this prints. A vector env whose step has a large fixed cost
+(numpy calls whose time does not grow with the envs) has a low ceiling at small ``n``.
+
+Beside the ceiling, two samplers of the same ``n`` envs, as speedups over one process:
+``hosted``, VecSampler with one vector env per worker (W workers, what vecsample does today),
+and ``parent share``, a design not built into vecsample, measured here through the public step
+API: the parent steps one share itself, in its own process, while W - 1 hosted workers step the
+rest (``send_all``, the parent's own ``step``, then ``step_recv``). Everything is timed in this
+process, the configurations interleaved, each the median of ``--repeats`` runs.
+
+Run: ``python benchmarks/hosted_ceiling.py --num-envs 512 4096 --workers 2``
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import tyro
+
+from vecsample import HostedVector, VecSampler
+
+
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """a gymnasium id with a vector entry point"""
+    num_envs: list[int] = field(default_factory=lambda: [512, 4096])
+    """batch sizes of one process (each split over ``workers``)"""
+    workers: int = 2
+    """processes a hosted sampler splits the batch over"""
+    seconds: float = 0.5
+    """how long each timing steps"""
+    repeats: int = 5
+    """timings per size; the median is reported"""
+
+
+class SplitError(ValueError):
+    """A split needs two processes or more."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(f"--workers must be at least 2 (the batch split over processes), got "
+                         f"{workers}; pass --workers 2 or more.")
+
+
+def step_us(env: gym.vector.VectorEnv, seconds: float) -> float:
+    """µs per vector step of ``env`` (random actions, drawn before the clock starts)."""
+    actions = [env.action_space.sample() for _ in range(16)]
+    steps, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        env.step(actions[steps % 16])
+        steps += 1
+    return elapsed / steps * 1e6
+
+
+def sampler_us(sampler: VecSampler, own: gym.vector.VectorEnv | None, seconds: float) -> float:
+    """µs per full batch of ``sampler`` (its workers) and ``own`` (stepped by this process
+    between send_all and step_recv, when given)."""
+    space = gym.vector.utils.batch_space(sampler.single_action_space, sampler.num_envs)
+    space.seed(0)
+    actions = [space.sample() for _ in range(16)]
+    own_actions = [None if own is None else own.action_space.sample() for _ in range(16)]
+    steps, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        sampler.send_all(actions[steps % 16])
+        if own is not None:
+            own.step(own_actions[steps % 16])
+        sampler.step_recv(None)
+        steps += 1
+    return elapsed / steps * 1e6
+
+
+def _hosted(env_id: str, num_envs: int, workers: int) -> VecSampler:
+    # infos off and NextStep, as the bench's hosted rows (CartPole's vector infos are empty).
+    sampler = VecSampler(HostedVector(env_id), num_envs=num_envs, num_workers=workers,
+                         infos=False, autoreset_mode="NextStep")
+    sampler.reset(seed=0)
+    return sampler
+
+
+def _make(env_id: str, n: int) -> gym.vector.VectorEnv:
+    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point")
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    return env
+
+
+def measure(args: Args) -> dict[tuple[str, int], float]:
+    """Median µs per batch of each configuration, by (kind, n)."""
+    w, wholes = args.workers, args.num_envs
+    envs = {n: _make(args.env_id, n) for n in sorted({*wholes, *(n // w for n in wholes)})}
+    samplers = {}
+    try:
+        for n in wholes:
+            samplers[("hosted", n)] = _hosted(args.env_id, n, w)
+            samplers[("parent share", n)] = _hosted(args.env_id, n - n // w, w - 1)
+        timings = [{**{("vector", n): step_us(env, args.seconds) for n, env in envs.items()},
+                    **{(kind, n): sampler_us(s, envs[n // w] if kind == "parent share" else None,
+                                             args.seconds) for (kind, n), s in samplers.items()}}
+                   for _ in range(args.repeats)]
+    finally:
+        for closable in [*samplers.values(), *envs.values()]:
+            closable.close()
+    return {key: statistics.median(t[key] for t in timings) for key in timings[0]}
+
+
+def main(args: Args) -> None:
+    if args.workers < 2:
+        raise SplitError(args.workers)
+    med = measure(args)
+    print(f"{'envs':>6}{'one process µs':>16}{'one share µs':>14}{'ceiling':>9}{'hosted':>8}"
+          f"{'parent share':>14}")
+    for n in args.num_envs:
+        one, share = med[("vector", n)], med[("vector", n // args.workers)]
+        print(f"{n:>6}{one:>16.1f}{share:>14.1f}{one / share:>8.2f}x"
+              f"{one / med[('hosted', n)]:>7.2f}x{one / med[('parent share', n)]:>13.2f}x")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    return tyro.cli(Args, description=__doc__, args=argv)
+
+
+if __name__ == "__main__":
+    main(parse_args())
