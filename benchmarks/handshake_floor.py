@@ -3,12 +3,14 @@
 ``handshake_floor.c`` is the least any sampler can do per batch: C worker processes that each
 sleep one env step, one futex word to wake them (``flat``, as vecsample's Bell) or a wake tree
 (``tree``: the parent wakes two workers, each woken worker two more), and a counter to learn
-that all are done. Nothing else: no Python, no actions, no results, no infos. Beside it,
-VecSampler runs the same sleep envs (``vecsample.testing.sleep_fns``, full batches). For each
-worker count it prints U (time inside the sleeps ÷ W × wall, as parent_scaling.py's), the µs per
-batch, and the CPU per batch of the parent and of each worker (from the kernel's schedstat, so
-spinning counts). The floor is an upper bound for any handshake, native code included, on this
-machine: a U target above it cannot be met here by changing vecsample.
+that all are done; ``partial`` is flat with partial batches (the first worker, then up to
+``--timeout`` for more, as a ``step_recv(timeout)`` loop). Nothing else: no Python, no actions,
+no results, no infos. Beside it, VecSampler runs the same sleep envs
+(``vecsample.testing.sleep_fns``), full and partial batches. For each worker count it prints U
+(time inside the sleeps ÷ W × wall, as parent_scaling.py's), the µs per batch (per recv for
+partial ones), and the CPU per batch of the parent and of each worker (from the kernel's
+schedstat, so spinning counts). The floor is an upper bound for any handshake, native code
+included, on this machine: a U target above it cannot be met here by changing vecsample.
 
 Both spin 200 µs before sleeping when every worker has a core (vecsample's default), else not.
 Medians of ``--repeats`` runs, the configurations interleaved repeat by repeat. Needs a C
@@ -36,7 +38,9 @@ from vecsample.tools.bench import _timed
 from vecsample.tools.bench_backends import Config, Sampler
 
 SOURCE = Path(__file__).with_name("handshake_floor.c")
-KINDS = ("flat", "tree", "vecsample")
+#: The C floor's modes, then VecSampler's full and partial batches.
+FLOORS = ("flat", "tree", "partial")
+KINDS = (*FLOORS, "vecsample", "vecsample partial")
 
 
 @dataclass
@@ -45,6 +49,8 @@ class Args:
     """worker counts to measure"""
     sleep: float = 0.0005
     """seconds of sleep per worker batch"""
+    timeout: float = 0.0005
+    """step_recv timeout of the partial batches (both the floor's and vecsample's)"""
     seconds: float = 1.0
     """duration of one measurement"""
     repeats: int = 3
@@ -76,8 +82,9 @@ def spin_us(workers: int) -> float:
 def floor(binary: str, workers: int, mode: str, args: Args) -> dict[str, float]:
     """One run of the C floor: U, µs per batch, parent and per-worker CPU µs per batch."""
     out = subprocess.run([binary, str(workers), str(round(args.sleep * 1e6)), str(args.seconds),
-                          mode, str(round(spin_us(workers)))], check=True, capture_output=True,
-                         text=True, timeout=60 + 10 * args.seconds).stdout.split()
+                          mode, str(round(spin_us(workers))), str(round(args.timeout * 1e6))],
+                         check=True, capture_output=True, text=True,
+                         timeout=60 + 10 * args.seconds).stdout.split()
     return {"U": float(out[4]), "batch": float(out[5]), "parent": float(out[6]),
             "worker": float(out[7])}
 
@@ -91,12 +98,12 @@ def vecsample_run(sampler: Sampler, workers: int, args: Args) -> dict[str, float
     """One run of VecSampler over the sleep envs, measured as the floor is."""
     pids = sampler.pids()
     before = [schedstat(p) for p in (os.getpid(), *pids)]
-    start = time.perf_counter()
+    recvs, start = sampler.sampler.stats()["recvs"], time.perf_counter()
     _, _, profile = _timed(sampler, args.seconds, workers)
     wall = time.perf_counter() - start
     spent = [schedstat(p) - b for p, b in zip((os.getpid(), *pids), before, strict=True)]
     assert profile is not None
-    batches = sampler.steps() / sampler.sampler.num_envs
+    batches = sampler.sampler.stats()["recvs"] - recvs
     return {"U": profile["utilization"], "batch": wall / batches * 1e6,
             "parent": spent[0] / batches * 1e6, "worker": sum(spent[1:]) / batches / workers * 1e6}
 
@@ -104,24 +111,25 @@ def vecsample_run(sampler: Sampler, workers: int, args: Args) -> dict[str, float
 def main(args: Args) -> None:
     runs: dict[tuple[int, str], list[dict[str, float]]] = {
         (w, k): [] for w in args.workers for k in KINDS}
-    samplers = {w: Sampler(Config(f"sleep {args.sleep * 1e3:g} ms", 4 * w, w, 2, args.sleep,
-                                  "none", args.sleep), None) for w in args.workers}
+    samplers = {(w, kind): Sampler(Config(f"sleep {args.sleep * 1e3:g} ms", 4 * w, w, 2,
+                                          args.timeout, "none", args.sleep),
+                                   args.timeout if kind == "vecsample partial" else None)
+                for w in args.workers for kind in KINDS[len(FLOORS):]}
     try:
         with tempfile.TemporaryDirectory() as directory:
             binary = build(directory)
             for _ in range(args.repeats):
-                for w in args.workers:
-                    runs[(w, "flat")].append(floor(binary, w, "flat", args))
-                    runs[(w, "tree")].append(floor(binary, w, "tree", args))
-                    runs[(w, "vecsample")].append(vecsample_run(samplers[w], w, args))
+                for w, kind in runs:
+                    runs[(w, kind)].append(floor(binary, w, kind, args) if kind in FLOORS
+                                           else vecsample_run(samplers[(w, kind)], w, args))
     finally:
         for sampler in samplers.values():
             sampler.close()
-    print(f"{'workers':>7} {'kind':<10}{'U':>7}{'batch µs':>11}{'parent CPU µs':>15}"
+    print(f"{'workers':>7} {'kind':<18}{'U':>7}{'batch µs':>11}{'parent CPU µs':>15}"
           f"{'worker CPU µs':>15}")
     for (w, kind), results in runs.items():
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
-        print(f"{w:>7} {kind:<10}{med['U']:>7.3f}{med['batch']:>11.1f}{med['parent']:>15.1f}"
+        print(f"{w:>7} {kind:<18}{med['U']:>7.3f}{med['batch']:>11.1f}{med['parent']:>15.1f}"
               f"{med['worker']:>15.1f}")
 
 

@@ -98,9 +98,10 @@ def test_handshake_floor_prints_the_floor_and_vecsample_for_each_worker_count():
                           text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
-    assert [(r[0], r[1]) for r in rows] == [(w, k) for w in ("1", "3")
-                                            for k in ("flat", "tree", "vecsample")], proc.stdout
+    lines = proc.stdout.splitlines()[1:]
+    rows = [[*line[:8].split(), line[8:26].strip(), *line[26:].split()] for line in lines]
+    kinds = ("flat", "tree", "partial", "vecsample", "vecsample partial")
+    assert [(r[0], r[1]) for r in rows] == [(w, k) for w in ("1", "3") for k in kinds], lines
     for row in rows:  # U is a share of the wall time; a batch lasts at least its 0.5 ms sleep
         u, batch_us = float(row[2]), float(row[3])
         assert 0.0 < u <= 1.0 and batch_us >= 500.0, row
