@@ -81,11 +81,16 @@ def test_bench_rows_carry_the_efficiency_of_their_mode():
     assert rows["machine"].utilization is None and rows["machine"].parent_us is None
 
 
-def test_parent_scaling_experiment_prints_each_worker_count():
-    proc = subprocess.run([sys.executable, "benchmarks/parent_scaling.py", "--workers", "1",
-                           "4", "--seconds", "0.05", "--repeats", "1"], capture_output=True,
+def run_script(name: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/<name>.py flags...`` from the checkout, as its docstring runs it."""
+    return subprocess.run([sys.executable, f"benchmarks/{name}.py", *flags], capture_output=True,
                           text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_parent_scaling_experiment_prints_each_worker_count():
+    proc = run_script("parent_scaling", "--workers", "1", "4", "--seconds", "0.05",
+                      "--repeats", "1")
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()[1:]]
     assert [(r[0], r[1]) for r in rows] == [("1", "full"), ("1", "partial"), ("4", "full"),
@@ -93,10 +98,8 @@ def test_parent_scaling_experiment_prints_each_worker_count():
 
 
 def test_handshake_floor_prints_the_floor_and_vecsample_for_each_worker_count():
-    proc = subprocess.run([sys.executable, "benchmarks/handshake_floor.py", "--workers", "1",
-                           "3", "--seconds", "0.05", "--repeats", "1"], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = run_script("handshake_floor", "--workers", "1", "3", "--seconds", "0.05",
+                      "--repeats", "1")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()[1:]
     rows = [[*line[:8].split(), line[8:26].strip(), *line[26:].split()] for line in lines]
@@ -117,10 +120,8 @@ def test_handshake_floor_without_a_compiler_says_what_to_install(tmp_path, monke
 
 
 def test_hosted_ceiling_prints_the_ceiling_and_both_samplers_for_each_batch_size():
-    proc = subprocess.run([sys.executable, "benchmarks/hosted_ceiling.py", "--num-envs", "8",
-                           "64", "--seconds", "0.02", "--repeats", "1"], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = run_script("hosted_ceiling", "--num-envs", "8", "64", "--seconds", "0.02",
+                      "--repeats", "1")
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()[1:]]
     assert [r[0] for r in rows] == ["8", "64"], proc.stdout
@@ -131,7 +132,5 @@ def test_hosted_ceiling_prints_the_ceiling_and_both_samplers_for_each_batch_size
 
 
 def test_hosted_ceiling_refuses_a_single_worker():
-    proc = subprocess.run([sys.executable, "benchmarks/hosted_ceiling.py", "--workers", "1"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = run_script("hosted_ceiling", "--workers", "1")
     assert proc.returncode != 0 and "--workers must be at least 2" in proc.stderr
