@@ -61,3 +61,22 @@ def ones(n: int) -> np.ndarray:
 
 #: A test that sends POSIX signals (SIGKILL, SIGSTOP) to workers.
 posix_only = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
+
+
+def record_calls(obj: Any, names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Wraps ``obj``'s methods ``names`` (with ``monkeypatch``) so that each call appends its
+    name to the returned list before it runs; the methods still do what they did."""
+    calls: list[str] = []
+
+    def wrapped(name: str) -> Any:
+        method = getattr(obj, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return method(*args, **kwargs)
+        return call
+
+    for name in names:
+        monkeypatch.setattr(obj, name, wrapped(name))
+    return calls
+

@@ -83,6 +83,21 @@ def test_stats_count_steps_and_time(make_sampler):
     assert stats["env_step_s"] > 0 and stats["wait_s"] > 0
 
 
+@pytest.mark.parametrize(("spin_us", "yields"), [(200.0, 1), (0.0, 0)])
+def test_hand_over_yields_the_core_only_where_the_sampler_spins(make_sampler, monkeypatch,
+                                                                spin_us, yields):
+    s = make_sampler(fns(CountingEnv, 2, length=100), num_workers=1, spin_us=spin_us)
+    s.reset()
+    calls: list[None] = []
+    monkeypatch.setattr(os, "sched_yield", lambda: calls.append(None))
+    waited = s.stats()["wait_s"]
+    s.hand_over()
+    monkeypatch.undo()
+    assert len(calls) == yields  # one yield of the core, and nothing else
+    assert (s.stats()["wait_s"] > waited) == bool(yields)  # counted as waiting
+    assert s.step(ones(2)).rewards.tolist() == [1.0, 1.0]  # no state was changed
+
+
 # --- the step API's state machine -----------------------------------------------------------------
 
 

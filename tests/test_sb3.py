@@ -20,7 +20,7 @@ import numpy as np
 import psutil
 import pytest
 from gymnasium import spaces
-from helpers import assert_same
+from helpers import assert_same, record_calls
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecNormalize
@@ -395,3 +395,12 @@ def test_ppo_learns_cartpole():
           f"{time.perf_counter() - start:.1f} s")
     assert before < 50, before  # the untrained policy is about random (22)
     assert after >= PPO_THRESHOLD, f"mean return {after:.1f} after {PPO_STEPS} steps"
+
+
+def test_step_hands_the_core_over_between_posting_and_waiting(make_venv, monkeypatch):
+    venv = make_venv(VecEnv, fns(CountingEnv, 4, length=100), num_workers=2)
+    venv.reset()
+    # A spy on the sampler's calls; nothing of VecEnv's own state is touched.
+    calls = record_calls(venv._sampler, ("send_all", "hand_over", "step_recv"), monkeypatch)
+    venv.step(np.ones(4, dtype=np.int64))
+    assert calls == ["send_all", "hand_over", "step_recv"]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from gymnasium import error as gym_error
 from gymnasium import spaces
-from helpers import assert_same
+from helpers import assert_same, record_calls
 
 from vecsample import errors, make_vec
 from vecsample.config import usable_cores
@@ -382,3 +382,12 @@ def test_every_failing_worker_is_read_and_reported(make_vector_env):
     assert info.value.env in (0, 2)
     with pytest.raises(errors.WorkerLostError):  # not WorkerBusyError: no step was left unread
         env.reset()
+
+
+def test_step_hands_the_core_over_between_posting_and_waiting(make_vector_env, monkeypatch):
+    env = make_vector_env(fns(CountingEnv, 4, length=100), num_workers=2)
+    env.reset(seed=0)
+    # A spy on the sampler's calls; nothing of VectorEnv's own state is touched.
+    calls = record_calls(env._sampler, ("send_all", "hand_over", "step_recv"), monkeypatch)
+    env.step(np.ones(4, dtype=np.int64))
+    assert calls == ["send_all", "hand_over", "step_recv"]

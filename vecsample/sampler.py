@@ -267,15 +267,21 @@ class VecSampler:
         """Sends every worker its rows of ``actions`` and waits for the full batch."""
         self.send_all(actions)
         signals.raise_held()  # raised before the wait; the workers' steps stay pending
+        self.hand_over()
+        return self.batch(self._recv(self._everyone, None, self._wait, False), copy=copy)
+
+    def hand_over(self) -> None:
+        """Gives this process's core up at once, where the sampler spins (every worker has a
+        core, so the parent shares one with a worker): that worker starts its envs now, not
+        after the caller's bookkeeping. ``step()`` calls it after posting, and so do VectorEnv's
+        and the SB3 VecEnv's ``step``; a loop of ``send_all`` then ``step_recv`` may call it in
+        between. It only yields the core: nothing is waited for, nothing changes state."""
         if self.config.spin_s > 0:
-            # The parent only waits now: handing its core over at once lets the worker that
-            # shares it start its envs without waiting for step_recv's bookkeeping.
             yielded = time.perf_counter()
             os.sched_yield()
             # Counted as waiting: the parent is away until a core is free, which on a machine
             # with fewer cores than processes is most of the batch (stats(), the bench's phases).
             self._meter.timers["wait_s"] += time.perf_counter() - yielded
-        return self.batch(self._recv(self._everyone, None, self._wait, False), copy=copy)
 
     def batch(self, results: Sequence[StepResult] = (), *, copy: bool = False) -> StepResult:
         """Every env's current data as one StepResult, with the infos of ``results`` merged."""

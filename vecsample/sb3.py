@@ -163,6 +163,14 @@ class VecEnv(_SB3VecEnv):
         self._reset_options()
         return self._observations(obs)
 
+    def step(self, actions: np.ndarray) -> tuple[VecEnvObs, np.ndarray, np.ndarray,
+                                                 list[dict[str, Any]]]:
+        """``step_async`` then ``step_wait``, as SB3's VecEnv.step, handing this process's core
+        to the workers in between (``VecSampler.hand_over``)."""
+        self.step_async(actions)
+        self._sampler.hand_over()
+        return self.step_wait()
+
     def step_async(self, actions: np.ndarray) -> None:
         """Writes one action per env (an array, or a list of per-env actions) and starts the
         workers."""
