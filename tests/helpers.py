@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -79,4 +82,16 @@ def record_calls(obj: Any, names: tuple[str, ...], monkeypatch: pytest.MonkeyPat
     for name in names:
         monkeypatch.setattr(obj, name, wrapped(name))
     return calls
+
+
+#: The checkout the tests run from.
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(name: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/<name>.py flags...`` from the checkout, as its docstring runs it
+    (this checkout on the path, output captured, at most two minutes)."""
+    return subprocess.run([sys.executable, f"benchmarks/{name}.py", *flags], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import run_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -119,9 +121,7 @@ def test_core_throughput_experiment_runs():
 
 
 def test_lane_cost_experiment_prints_every_lane():
-    proc = subprocess.run([sys.executable, "benchmarks/lane_cost.py", "--seconds", "0.05",
-                           "--repeats", "1"], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = run_script("lane_cost", "--seconds", "0.05", "--repeats", "1")
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if "(" in line]
     assert [r.split(" (")[0] for r in rows] == ["shared", "pickled", "mixed"], proc.stdout
@@ -129,10 +129,8 @@ def test_lane_cost_experiment_prints_every_lane():
 
 def test_hosted_cost_experiment_reports_every_worker(tmp_path):
     out = tmp_path / "cost.json"
-    proc = subprocess.run([sys.executable, "benchmarks/hosted_cost.py", "--num-envs", "8",
-                           "--workers", "2", "--seconds", "0.1", "--json", str(out)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = run_script("hosted_cost", "--num-envs", "8", "--workers", "2", "--seconds", "0.1",
+                      "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     cost = json.loads(out.read_text())
     assert len(cost["worker_user_us"]) == 2 and cost["wall_us"] > 0 and cost["worker_step_us"] > 0
@@ -140,10 +138,8 @@ def test_hosted_cost_experiment_reports_every_worker(tmp_path):
 
 
 def test_vector_env_parts_experiment_times_every_part():
-    proc = subprocess.run([sys.executable, "benchmarks/vector_env_parts.py", "--env-id",
-                           "CartPole-v1", "--num-envs", "4", "--steps", "50"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = run_script("vector_env_parts", "--env-id", "CartPole-v1", "--num-envs", "4",
+                      "--steps", "50")
     assert proc.returncode == 0, proc.stderr
     parts = [line.split("  ")[0] for line in proc.stdout.splitlines()[2:]]
     assert parts == ["send_all: check, copy, post", "sampler.batch: the merged StepResult",

@@ -10,17 +10,14 @@ how it is grouped. A trajectory is compared as bytes: bit for bit, -0.0 is not 0
 from __future__ import annotations
 
 import functools
-import os
 import struct
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import kill_and_wait, posix_only
+from helpers import kill_and_wait, posix_only, run_script
 
 from vecsample import VecSampler, errors
 from vecsample._wire.replay_log import MAGIC, LogReader, Tag
@@ -348,10 +345,7 @@ def test_an_unseeded_run_is_refused_plainly_and_numpy_seeds_are_seeds(make_sampl
 
 
 def test_the_overhead_experiment_runs_on_a_tiny_budget():
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "benchmarks/replay_overhead.py", "--seconds", "0.05",
-                           "--repeats", "1", "--hook-calls", "100"], capture_output=True,
-                          text=True, timeout=120, cwd=root,
-                          env={**os.environ, "PYTHONPATH": str(root)})
+    proc = run_script("replay_overhead", "--seconds", "0.05", "--repeats", "1", "--hook-calls",
+                      "100")
     assert proc.returncode == 0, proc.stderr
     assert "| partial + record |" in proc.stdout and "recording took" in proc.stdout

@@ -4,13 +4,11 @@ bench, the sleep-env scenario, and the W sweep. Never a speed: only shapes and i
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_script
 
 from tests.test_bench import parse
 from vecsample import VecSampler
@@ -79,13 +77,6 @@ def test_bench_rows_carry_the_efficiency_of_their_mode():
     assert rows["vecsample"].mode == "SameStep" and rows["vector_env"].mode == "NextStep"
     assert rows["vecsample"].efficiency and rows["vector_env"].efficiency
     assert rows["machine"].utilization is None and rows["machine"].parent_us is None
-
-
-def run_script(name: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    """``python benchmarks/<name>.py flags...`` from the checkout, as its docstring runs it."""
-    return subprocess.run([sys.executable, f"benchmarks/{name}.py", *flags], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def test_parent_scaling_experiment_prints_each_worker_count():
