@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -51,31 +51,35 @@ class SplitError(ValueError):
                          f"{workers}; pass --workers 2 or more.")
 
 
-def step_us(env: gym.vector.VectorEnv, seconds: float) -> float:
-    """µs per vector step of ``env`` (random actions, drawn before the clock starts)."""
-    actions = [env.action_space.sample() for _ in range(16)]
-    steps, start = 0, time.perf_counter()
+def per_call_us(call: Callable[[int], object], seconds: float) -> float:
+    """µs per ``call(i)`` over ``seconds``, ``i`` counting the calls from 0."""
+    calls, start = 0, time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
-        env.step(actions[steps % 16])
-        steps += 1
-    return elapsed / steps * 1e6
+        call(calls)
+        calls += 1
+    return elapsed / calls * 1e6
 
 
-def sampler_us(sampler: VecSampler, own: gym.vector.VectorEnv | None, seconds: float) -> float:
-    """µs per full batch of ``sampler`` (its workers) and ``own`` (stepped by this process
-    between send_all and step_recv, when given)."""
+def vector_step(env: gym.vector.VectorEnv) -> Callable[[int], object]:
+    """Call i: one step of ``env`` with the i-th of 16 random action batches, drawn now."""
+    actions = [env.action_space.sample() for _ in range(16)]
+    return lambda i: env.step(actions[i % 16])
+
+
+def sampler_batch(sampler: VecSampler, own: gym.vector.VectorEnv | None) -> Callable[[int], None]:
+    """Call i: one full batch of ``sampler`` (its workers) and of ``own`` (stepped by this
+    process between send_all and step_recv, when given), with pre-drawn actions."""
     space = gym.vector.utils.batch_space(sampler.single_action_space, sampler.num_envs)
     space.seed(0)
     actions = [space.sample() for _ in range(16)]
-    own_actions = [None if own is None else own.action_space.sample() for _ in range(16)]
-    steps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        sampler.send_all(actions[steps % 16])
-        if own is not None:
-            own.step(own_actions[steps % 16])
+    own_step = None if own is None else vector_step(own)
+
+    def batch(i: int) -> None:
+        sampler.send_all(actions[i % 16])
+        if own_step is not None:
+            own_step(i)
         sampler.step_recv(None)
-        steps += 1
-    return elapsed / steps * 1e6
+    return batch
 
 
 def _hosted(env_id: str, num_envs: int, workers: int) -> VecSampler:
@@ -102,9 +106,10 @@ def measure(args: Args) -> dict[tuple[str, int], float]:
         for n in wholes:
             samplers[("hosted", n)] = _hosted(args.env_id, n, w)
             samplers[("parent share", n)] = _hosted(args.env_id, n - n // w, w - 1)
-        timings = [{**{("vector", n): step_us(env, args.seconds) for n, env in envs.items()},
-                    **{(kind, n): sampler_us(s, envs[n // w] if kind == "parent share" else None,
-                                             args.seconds) for (kind, n), s in samplers.items()}}
+        timers = {("vector", n): vector_step(env) for n, env in envs.items()}
+        timers |= {(kind, n): sampler_batch(s, envs[n // w] if kind == "parent share" else None)
+                   for (kind, n), s in samplers.items()}
+        timings = [{key: per_call_us(call, args.seconds) for key, call in timers.items()}
                    for _ in range(args.repeats)]
     finally:
         for closable in [*samplers.values(), *envs.values()]:
