@@ -35,7 +35,7 @@ import tyro
 
 from vecsample.config import AUTO_SPIN_US, usable_cores
 from vecsample.tools.bench import _timed
-from vecsample.tools.bench_backends import Config, Sampler
+from vecsample.tools.bench_backends import Sampler
 
 SOURCE = Path(__file__).with_name("handshake_floor.c")
 #: The C floor's modes, then VecSampler's full and partial batches.
@@ -111,11 +111,12 @@ def vecsample_run(sampler: Sampler, workers: int, args: Args) -> dict[str, float
 def main(args: Args) -> None:
     runs: dict[tuple[int, str], list[dict[str, float]]] = {
         (w, k): [] for w in args.workers for k in KINDS}
-    samplers = {(w, kind): Sampler(Config(f"sleep {args.sleep * 1e3:g} ms", 4 * w, w, 2,
-                                          args.timeout, "none", args.sleep),
-                                   args.timeout if kind == "vecsample partial" else None)
-                for w in args.workers for kind in KINDS[len(FLOORS):]}
-    try:
+    samplers: dict[tuple[int, str], Sampler] = {}
+    try:  # built inside: one that fails to start leaves none of the others running
+        for w in args.workers:
+            for kind in KINDS[len(FLOORS):]:
+                samplers[(w, kind)] = Sampler.sleeping(w, 4, args.sleep, args.timeout,
+                                                       partial=kind == "vecsample partial")
         with tempfile.TemporaryDirectory() as directory:
             binary = build(directory)
             for _ in range(args.repeats):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import tyro
 
 from vecsample.tools.bench import _timed
-from vecsample.tools.bench_backends import Config, Sampler
+from vecsample.tools.bench_backends import Sampler
 
 
 @dataclass
@@ -50,9 +50,8 @@ def main(args: Args) -> None:
     samplers = {}
     try:
         for w, kind in configs:
-            cfg = Config(f"sleep {args.sleep * 1e3:g} ms", w * args.envs_per_worker, w, 2,
-                         args.timeout, "none", args.sleep)
-            samplers[(w, kind)] = Sampler(cfg, None if kind == "full" else args.timeout)
+            samplers[(w, kind)] = Sampler.sleeping(w, args.envs_per_worker, args.sleep,
+                                                   args.timeout, partial=kind == "partial")
         for _ in range(args.repeats):
             for c in configs:
                 _, _, profile = _timed(samplers[c], args.seconds, c[0])
