@@ -89,9 +89,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_script(name: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    """``python benchmarks/<name>.py flags...`` from the checkout, as its docstring runs it
+    """``python experiments/<name>.py flags...`` from the checkout, as its docstring runs it
     (this checkout on the path, output captured, at most two minutes)."""
-    return subprocess.run([sys.executable, f"benchmarks/{name}.py", *flags], capture_output=True,
+    return subprocess.run([sys.executable, f"experiments/{name}.py", *flags], capture_output=True,
                           text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 

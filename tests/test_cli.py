@@ -98,14 +98,14 @@ def test_an_unguarded_script_under_forkserver_gets_one_short_error(tmp_path):
 
 
 def test_queue_choice_experiment_runs():
-    proc = subprocess.run([sys.executable, "benchmarks/queue_choice.py", "--round-trips", "50",
+    proc = subprocess.run([sys.executable, "experiments/queue_choice.py", "--round-trips", "50",
                            "--repeats", "1"], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, check=True)
     assert "pipe-bytes" in proc.stdout
 
 
 def test_step_timeline_experiment_stamps_every_step():
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.step_timeline", "--num-envs", "4",
+    proc = subprocess.run([sys.executable, "-m", "experiments.step_timeline", "--num-envs", "4",
                            "--batches", "30", "--pause-ms", "1"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, check=True)
     assert "worker stepping its envs" in proc.stdout
@@ -114,7 +114,7 @@ def test_step_timeline_experiment_stamps_every_step():
 
 
 def test_core_throughput_experiment_runs():
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.core_throughput", "--num-envs", "4",
+    proc = subprocess.run([sys.executable, "-m", "experiments.core_throughput", "--num-envs", "4",
                            "--seconds", "0.1", "--repeats", "1"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, check=True)
     assert "ratio to one bare loop" in proc.stdout

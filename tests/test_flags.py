@@ -1,4 +1,4 @@
-"""The scripts' flags: every script in examples/ and benchmarks/ parses its ``Args`` with tyro.
+"""The scripts' flags: every script in examples/ and experiments/ parses its ``Args`` with tyro.
 
 Each script is imported as a module and its own ``parse_args`` is called, so these tests go
 through the same tyro call as ``python examples/<script>.py``.
@@ -17,14 +17,14 @@ from typing import get_args, get_type_hints
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Every script of examples/ and benchmarks/, by name (the names are unique across the two).
-SCRIPTS = {p.stem: p for folder in ("examples", "benchmarks") for p in (ROOT / folder).glob("*.py")
+#: Every script of examples/ and experiments/, by name (the names are unique across the two).
+SCRIPTS = {p.stem: p for folder in ("examples", "experiments") for p in (ROOT / folder).glob("*.py")
            if not p.stem.startswith("_")}
 NAMES = sorted(SCRIPTS)
 
 
 def load(name: str) -> ModuleType:
-    """examples/<name>.py or benchmarks/<name>.py as a module (registered, so tyro can read its
+    """examples/<name>.py or experiments/<name>.py as a module (registered, so tyro can read its
     source). Its folder goes on sys.path, as ``python examples/<name>.py`` puts it there: a
     script may import a sibling (maml_trpo_metaworld.py imports maml_trpo's outer loop)."""
     key = f"experiment_{name}_under_test"

@@ -242,10 +242,10 @@ def test_interrupts_in_a_partial_batch_loop_lose_and_duplicate_nothing(make_samp
 @posix_only
 @pytest.mark.parametrize("mode", ["SameStep", "NextStep", "Disabled"])
 def test_interrupts_anywhere_leave_a_usable_or_closed_sampler(mode):
-    """benchmarks/interrupt_soak.py on a small budget: a SIGINT 0.5-10 ms into a random call
+    """experiments/interrupt_soak.py on a small budget: a SIGINT 0.5-10 ms into a random call
     (reset, step, step_send/step_recv, call, get_attr, close), then the checks it makes."""
     spec = importlib.util.spec_from_file_location(
-        "interrupt_soak", Path(__file__).resolve().parents[1] / "benchmarks/interrupt_soak.py")
+        "interrupt_soak", Path(__file__).resolve().parents[1] / "experiments/interrupt_soak.py")
     assert spec is not None and spec.loader is not None
     soak = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = soak  # its dataclasses look their module up there

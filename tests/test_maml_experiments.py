@@ -1,4 +1,4 @@
-"""Smoke runs of examples/maml_trpo.py, examples/maml_test.py and benchmarks/maml_timing.py on
+"""Smoke runs of examples/maml_trpo.py, examples/maml_test.py and experiments/maml_timing.py on
 a tiny budget."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_maml_trpo_then_maml_test(tmp_path: Path) -> None:
 def test_maml_timing_runs(tmp_path: Path) -> None:
     out = tmp_path / "timing.json"
     stdout = run(
-        "benchmarks/maml_timing.py", "--config", "bandit-k5-n10", "--repeats", "1",
+        "experiments/maml_timing.py", "--config", "bandit-k5-n10", "--repeats", "1",
         "--bare-steps", "200", "--json", str(out),
     )  # fmt: skip
     assert "ratio" in stdout

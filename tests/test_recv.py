@@ -205,7 +205,7 @@ def test_soak_100k_steps_counters_match(tmp_path):
     out = tmp_path / "soak.json"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.run(
-        [sys.executable, "benchmarks/soak.py", "--steps", "100000", "--report-every", "2",
+        [sys.executable, "experiments/soak.py", "--steps", "100000", "--report-every", "2",
          "--out", str(out)],
         capture_output=True, text=True, env=env, timeout=240,
     )

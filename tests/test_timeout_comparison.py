@@ -1,4 +1,4 @@
-"""benchmarks/timeout_comparison.py on a tiny budget, the policies, and the loop model.
+"""experiments/timeout_comparison.py on a tiny budget, the policies, and the loop model.
 
 Behaviour only: fields, counts and orderings that hold on any machine. No speed is claimed here;
 the measured numbers live in docs/timeout.md.
@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from benchmarks import timeout_comparison as tc
+from experiments import timeout_comparison as tc
 from vecsample import testing
 from vecsample.errors import ConfigError
 from vecsample.testing import StragglerEnv

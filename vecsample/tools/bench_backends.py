@@ -239,7 +239,7 @@ class Sampler:
                  partial: bool) -> Sampler:
         """The sleep-env scenario (``testing.sleep_fns``: one sleep of ``sleep`` seconds per
         worker batch), full batches or partial ones of ``timeout``: the sampler of the scripts
-        in benchmarks/ that measure the parent's cost (parent_scaling.py, handshake_floor.py)."""
+        in experiments/ that measure the parent's cost (parent_scaling.py, handshake_floor.py)."""
         # cores=2: only the machine-limit rows read it, and a sleep config has none.
         cfg = Config(f"sleep {sleep * 1e3:g} ms", workers * envs_per_worker, workers, 2,
                      timeout, "none", sleep)

@@ -6,7 +6,7 @@ a small float is the partial batch. Reports steps/s, workers per recv, policy ca
 steps and where the time went (wait / policy / send / env), and checks that every step sent was
 received; the table has a legend and ends with one line per env saying which batches won and by
 how much. The default is a small preset (CartPole and a straggler env, 2 workers, < 1 minute);
-the options reach the whole experiment of benchmarks/timeout_comparison.py (docs/timeout.md).
+the options reach the whole experiment of experiments/timeout_comparison.py (docs/timeout.md).
 
 Timeouts of one (env, workers, envs per worker) group share one sampler and are interleaved
 repeat by repeat, so a ratio is measured side by side even on a loaded machine.

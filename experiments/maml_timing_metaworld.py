@@ -21,7 +21,7 @@ what a worker does, without the worker (many Sawyer envs do not stay in cache).
 Printed: each backend's median, ``async / vecsample`` (the issue's target: >= 1.4 on ML10) and
 ``vecsample / ideal`` (target: <= 1.15 on ML10, <= 1.25 on ML1 reach).
 
-Run: ``python benchmarks/maml_timing_metaworld.py --benchmark ML10 --repeats 3``
+Run: ``python experiments/maml_timing_metaworld.py --benchmark ML10 --repeats 3``
 (needs the metaworld extra, and psutil for the CPU seconds)
 """
 

@@ -11,7 +11,7 @@ VecSampler worker does around each step. Channels measured:
 * ``pipe``: one duplex ``Pipe`` per worker, ``send``/``recv`` (pickled objects);
 * ``pipe-bytes``: the same with ``send_bytes``/``recv_bytes`` (vecsample's choice).
 
-Run: ``python benchmarks/queue_choice.py --round-trips 5000 --repeats 5``
+Run: ``python experiments/queue_choice.py --round-trips 5000 --repeats 5``
 """
 
 from __future__ import annotations

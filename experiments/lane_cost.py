@@ -6,7 +6,7 @@ mixed (a Dict with both). The envs return one fixed observation and do no work, 
 differences are the lanes' own costs. The spaces are interleaved repeat by repeat, so the
 ratios are measured side by side; the table gives the median µs per batch and per env step.
 
-Run: ``python benchmarks/lane_cost.py --seconds 2 --repeats 5``
+Run: ``python experiments/lane_cost.py --seconds 2 --repeats 5``
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Create/close cycles must leak no process, fd or memory. The CI test (tests/test_
 runs 200 cycles under fork, the fastest start method; this script runs them under the others too
 (forkserver: 1.2 to 1.7 s per cycle on 2 cores).
 
-Run: ``python benchmarks/cycles.py --context forkserver --cycles 200``
+Run: ``python experiments/cycles.py --context forkserver --cycles 200``
 """
 
 from __future__ import annotations

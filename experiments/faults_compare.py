@@ -5,7 +5,7 @@ Every (backend, fault) trial runs in its own subprocess with a wall-clock limit,
 that hangs is recorded as hanging instead of hanging this script. The child prints one JSON line
 per phase it finished; the parent turns the last line into a table row.
 
-Run: ``python benchmarks/faults_compare.py --out faults.json``
+Run: ``python experiments/faults_compare.py --out faults.json``
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ is CLOCK_MONOTONIC, shared by every process); the parent records ``send_all`` an
 ``step_recv``. The script patches the worker's step handler, so it runs under ``fork`` (the
 patched module is what the workers inherit). Random actions, as in ``vecsample bench``.
 
-Run: ``python -m benchmarks.step_timeline --num-envs 128 --batches 3000``
+Run: ``python -m experiments.step_timeline --num-envs 128 --batches 3000``
 """
 
 from __future__ import annotations

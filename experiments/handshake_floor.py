@@ -16,7 +16,7 @@ Both spin 200 µs before sleeping when every worker has a core (vecsample's defa
 Medians of ``--repeats`` runs, the configurations interleaved repeat by repeat. Needs a C
 compiler (``cc``) and Linux.
 
-Run: ``python benchmarks/handshake_floor.py --workers 1 2 4 8 16 --repeats 3``
+Run: ``python experiments/handshake_floor.py --workers 1 2 4 8 16 --repeats 3``
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class NoCompilerError(RuntimeError):
     """The floor is C: without a compiler it cannot be built."""
 
     def __init__(self) -> None:
-        super().__init__("benchmarks/handshake_floor.py needs a C compiler: found no `cc` on "
+        super().__init__("experiments/handshake_floor.py needs a C compiler: found no `cc` on "
                          "PATH; install one (apt install gcc) or run on a machine that has it.")
 
 

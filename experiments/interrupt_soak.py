@@ -7,7 +7,7 @@ interrupted close, closed with no worker left. At the end, every step sent was r
 (the sampler's own count) and the handshake's counters agree. tests/test_interrupts.py runs it
 on a small budget; this script runs it as long as you like.
 
-Run: ``python benchmarks/interrupt_soak.py --seconds 60 --autoreset-mode NextStep``
+Run: ``python experiments/interrupt_soak.py --seconds 60 --autoreset-mode NextStep``
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ API: the parent steps one share itself, in its own process, while W - 1 hosted w
 rest (``send_all``, the parent's own ``step``, then ``step_recv``). Everything is timed in this
 process, the configurations interleaved, each the median of ``--repeats`` runs.
 
-Run: ``python benchmarks/hosted_ceiling.py --num-envs 512 4096 --workers 2``
+Run: ``python experiments/hosted_ceiling.py --num-envs 512 4096 --workers 2``
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Two ways, because on a loaded machine the first one is noisier than the effect i
    then multiplied by the sends and recvs per second that the recording run made. That is the
    share of the parent's wall time that recording takes, whatever else runs on the machine.
 
-Run: ``python benchmarks/replay_overhead.py --seconds 2 --repeats 9``
+Run: ``python experiments/replay_overhead.py --seconds 2 --repeats 9``
 """
 
 from __future__ import annotations

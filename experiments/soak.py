@@ -7,7 +7,7 @@ count every env step they did (in shared memory, ``stats()["env_steps"]``). The 
 exactly: a lost, duplicated or stale reply would make them differ. Parent and worker RSS are
 sampled over time.
 
-Run: ``python benchmarks/soak.py --steps 10000000 --timeouts None 0.0 0.0002 0.002``
+Run: ``python experiments/soak.py --steps 10000000 --timeouts None 0.0 0.0002 0.002``
 """
 
 from __future__ import annotations

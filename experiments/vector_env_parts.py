@@ -7,7 +7,7 @@ and the action-count check; the rest of ``step`` (posting, waiting, reading) is 
 own. Timed here, right after the wait, the parts run with cold caches: they cost several times
 what a loop over the same call in isolation shows (docs/benchmarks.md, "Where the time goes").
 
-Run: ``python benchmarks/vector_env_parts.py --env-id ALE/Pong-v5 --num-envs 16``
+Run: ``python experiments/vector_env_parts.py --env-id ALE/Pong-v5 --num-envs 16``
 """
 
 from __future__ import annotations

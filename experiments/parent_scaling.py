@@ -10,7 +10,7 @@ time per batch outside its waits, which counts only its own work whatever else r
 machine. Medians of
 ``--repeats`` runs, the configurations interleaved repeat by repeat.
 
-Run: ``python benchmarks/parent_scaling.py --workers 1 2 4 8 16 --repeats 3``
+Run: ``python experiments/parent_scaling.py --workers 1 2 4 8 16 --repeats 3``
 """
 
 from __future__ import annotations

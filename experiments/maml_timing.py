@@ -28,7 +28,7 @@ has one, as ``MultiTaskSampler`` does by default; ``--no-batch-envs`` keeps gymn
 envs (runs 1 to 3 of docs/maml.md). The bare loops stay gymnasium's single envs either way:
 issue 25's P8 asks the batch envs' sampler to beat that ideal (ratio to ``1env`` <= 1.0).
 
-Run: ``python benchmarks/maml_timing.py --repeats 3`` (needs psutil, in the ``test`` extra)
+Run: ``python experiments/maml_timing.py --repeats 3`` (needs psutil, in the ``test`` extra)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The core issue's figure in docs/benchmarks.md (VecSampler 2 x 64 against one bar
 comes from here. Prints the medians of interleaved repeats and the ratio to the machine limit
 estimate (cores × the one-process bare loop).
 
-Run: ``python -m benchmarks.core_throughput --repeats 5``
+Run: ``python -m experiments.core_throughput --repeats 5``
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ of each worker, beside the CPU one batch of a worker's size costs when stepped i
 The difference is the hosting's overhead: the parent's send and collect, the handshake, the
 wake-ups, the copies into shared memory, and (on a loaded machine) cold caches.
 
-Run: ``python benchmarks/hosted_cost.py --num-envs 4096 --workers 2 --spin-us 0``
+Run: ``python experiments/hosted_cost.py --num-envs 4096 --workers 2 --spin-us 0``
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ actors on this node by default), one collector per actor over ``workers_per_acto
 each with half the envs. The two are measured in alternation, several repeats each, and the
 table shows medians and their ratio.
 
-    python benchmarks/bench_ray.py
+    python experiments/bench_ray.py
 """
 
 from __future__ import annotations

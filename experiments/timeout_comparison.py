@@ -6,7 +6,7 @@ configuration it reports steps/s, workers per recv, policy calls per 1000 steps 
 wait / policy / other, writes ``results.json`` and PNG plots under ``--out-dir``, and (with
 ``--model``) the prediction of vecsample.tools.timeout_model next to each measurement.
 
-    python -m benchmarks.timeout_comparison --preset p7 --out-dir runs/p7   # from the checkout
+    python -m experiments.timeout_comparison --preset p7 --out-dir runs/p7   # from the checkout
 
 The flags are the fields of ``vecsample.tools.compare.Grid`` (what ``vecsample compare`` sweeps)
 plus this script's own. ``--preset NAME`` makes one of PRESETS the defaults: flags given on the
@@ -207,7 +207,7 @@ def environment() -> dict[str, Any]:
             "load_avg": os.getloadavg(), "python": platform.python_version(),
             "numpy": np.__version__, "torch": torch.__version__,
             "gymnasium": gymnasium.__version__, "commit": cmd("git", "rev-parse", "HEAD"),
-            "command": " ".join(["python -m benchmarks.timeout_comparison", *sys.argv[1:]])}
+            "command": " ".join(["python -m experiments.timeout_comparison", *sys.argv[1:]])}
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
