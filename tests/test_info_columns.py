@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 import vecsample
 from vecsample._wire.infos import MASK_BYTES, Column, InfoMap
-from vecsample._wire.protocol import AutoresetMode
 from vecsample.adapters import vector_infos
 from vecsample.testing import CountingEnv, fns
+from vecsample.types import AutoresetMode
 
 #: The kinds of info value an env may return: every column kind, and ones that stay pickled.
 KINDS = ["float", "int", "bool", "f32", "i16", "vec_f4", "mat_i8", "np_bool", "str", "nested",

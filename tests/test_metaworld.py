@@ -23,9 +23,9 @@ import pytest
 
 import vecsample.envs  # noqa: F401  (registers MetaWorld-v3)
 from vecsample import VecSampler
-from vecsample._wire.protocol import AutoresetMode
 from vecsample.envs.metaworld import MetaWorldTaskError, benchmark_tasks
 from vecsample.maml import LinearFeatureBaseline, MultiTaskSampler, get_policy_for_env
+from vecsample.types import AutoresetMode
 
 ROOT = Path(__file__).resolve().parents[1]
 ML1 = {"benchmark": "ML1", "env_name": "reach-v3"}

@@ -12,9 +12,9 @@ from helpers import run_script
 
 from tests.test_bench import parse
 from vecsample import VecSampler
-from vecsample._wire.protocol import AutoresetMode
 from vecsample.testing import CountingEnv, SleepEnv, sleep_fns
 from vecsample.tools import bench, efficiency
+from vecsample.types import AutoresetMode
 
 ROOT = Path(__file__).resolve().parents[1]
 

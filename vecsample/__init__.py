@@ -13,12 +13,12 @@ import importlib
 from types import ModuleType
 
 from vecsample import errors
-from vecsample._wire.protocol import AutoresetMode
 from vecsample.adapters.gymnasium import VectorEnv, make_vec
 from vecsample.hosted import HostedVector
 from vecsample.options import Options
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler
+from vecsample.types import AutoresetMode
 
 __all__ = [
     "AutoresetMode",

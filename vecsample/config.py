@@ -23,7 +23,6 @@ from typing import Any
 import gymnasium as gym
 
 from vecsample._parent.startup import resolve_context
-from vecsample._wire.protocol import AutoresetMode, EnvFn
 from vecsample.errors import ConfigError
 from vecsample.hosted import HostedVector
 from vecsample.options import (
@@ -35,6 +34,7 @@ from vecsample.options import (
     check_mode,
     check_seconds,
 )
+from vecsample.types import AutoresetMode, EnvFn
 
 __all__ = ["AUTO_SPIN_US", "DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "STARTUP_DEADLINE", "Deadline",
            "EnvMaker", "SamplerConfig", "check_int", "check_mode", "check_seconds",

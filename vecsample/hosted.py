@@ -55,7 +55,7 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
-from vecsample._wire.protocol import AutoresetMode, Command, Space
+from vecsample._wire.protocol import Command
 from vecsample._wire.spaces import leaves
 from vecsample.errors import (
     AutoresetMismatchError,
@@ -63,6 +63,7 @@ from vecsample.errors import (
     HostedEnvError,
     HostedMethodError,
 )
+from vecsample.types import AutoresetMode, Space
 
 #: Builds a batch of ``num_envs`` envs: ``fn(num_envs) -> gymnasium.vector.VectorEnv``.
 VectorEnvFn = Callable[[int], gym.vector.VectorEnv]

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from vecsample._parent.startup import AUTO, check_context
-from vecsample._wire.protocol import AutoresetMode
 from vecsample.errors import ConfigError
+from vecsample.types import AutoresetMode
 
 PathArg = str | os.PathLike[str]
 

@@ -32,7 +32,7 @@ from vecsample._parent.stats import Meter, PhaseSource
 from vecsample._parent.stepping import StepChannel
 from vecsample._wire import handshake
 from vecsample._wire.handshake import HandshakeState
-from vecsample._wire.protocol import AutoresetMode, Command, EnvFn, Space, WorkerState
+from vecsample._wire.protocol import Command, WorkerState
 from vecsample._wire.shm import STAT_FIELDS, SharedBuffers
 from vecsample._wire.spaces import Actions, ActionWriter, leaves
 from vecsample.config import (
@@ -48,6 +48,7 @@ from vecsample.hosted import HostedVector
 from vecsample.options import Options, check_options
 from vecsample.results import Infos, StepResult
 from vecsample.seeding import EnvSeeds, SeedArg
+from vecsample.types import AutoresetMode, EnvFn, Space
 
 __all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "EnvMaker", "Options", "VecSampler",
            "usable_cores"]

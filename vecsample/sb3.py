@@ -36,12 +36,12 @@ from stable_baselines3.common.vec_env import VecEnv as _SB3VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs
 
 from vecsample import errors
-from vecsample._wire.protocol import AutoresetMode
 from vecsample._wire.spaces import copy_tree, flatten, index_tree, unflatten
 from vecsample.config import env_factories
 from vecsample.options import Options, adapted
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler, usable_cores
+from vecsample.types import AutoresetMode
 
 __all__ = ["EnvAttributeError", "EnvIndexError", "VecEnv"]
 

@@ -32,7 +32,7 @@ import cloudpickle
 from vecsample.errors import ConfigError, MainGuardError
 
 if TYPE_CHECKING:  # an annotation only
-    from vecsample._wire.protocol import EnvFn
+    from vecsample.types import EnvFn
 
 AUTO = "auto"
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)

@@ -1,4 +1,5 @@
-"""The parent–worker contract on one page: commands, replies, worker states, autoreset modes.
+"""The parent–worker contract on one page: commands, replies, worker states (the autoreset
+modes, which users name too, are in ``vecsample/types.py``).
 
 Steps go through shared memory (``vecsample._wire.handshake``): sequence counters, with pipes
 only as doorbells for a sleeping side, and a pickled ``(Reply.OK, StepReply)`` or
@@ -20,19 +21,11 @@ reply, and its actions in one pickled message the parent sends right after posti
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import Any
 
-import gymnasium as gym
-
 from vecsample import errors
-
-#: What builds one env in a worker: called there, once per env (and again on a restart).
-EnvFn = Callable[[], gym.Env[Any, Any]]
-#: Any gymnasium space (its type parameter is the type of its samples).
-Space = gym.Space[Any]
 
 
 class Command(IntEnum):
@@ -152,14 +145,6 @@ class WorkerStates:
         """The workers left failed or dead by an earlier call."""
         return [w for w, s in enumerate(self.current)
                 if s in (WorkerState.FAILED, WorkerState.DEAD)]
-
-
-class AutoresetMode(str, Enum):
-    """How an env that ended is reset; the values match gymnasium's ``AutoresetMode``."""
-
-    NEXT_STEP = "NextStep"  # the step after the end resets instead of stepping (gymnasium default)
-    SAME_STEP = "SameStep"  # reset inside the ending step; final obs kept in shared memory
-    DISABLED = "Disabled"  # never reset; an ended env is frozen until reset() names it
 
 
 OK_MESSAGE = b"\x00"

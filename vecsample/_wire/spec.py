@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
-from vecsample._wire.protocol import AutoresetMode, EnvFn
 from vecsample._wire.shm import SharedBuffers
+from vecsample.types import AutoresetMode, EnvFn
 
 
 @dataclass

@@ -43,12 +43,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample._wire.protocol import AutoresetMode, InfoRecord, ResetReply
+from vecsample._wire.protocol import InfoRecord, ResetReply
 from vecsample._wire.shm import SharedBuffers, Views
 from vecsample._wire.spaces import unflatten
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.rows import first_non_scalar, lane, obs_batcher, obs_writer
 from vecsample._worker.step_loop import Cursor
+from vecsample.types import AutoresetMode
 
 
 class EnvBlock:

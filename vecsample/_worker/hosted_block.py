@@ -22,13 +22,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample._wire.protocol import AutoresetMode, Command, InfoRecord, ResetReply, Space
+from vecsample._wire.protocol import Command, InfoRecord, ResetReply
 from vecsample._wire.shm import Views
 from vecsample._wire.spaces import unflatten
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.rows import obs_writer
 from vecsample.errors import EnvOutputError, HostedEnvError
 from vecsample.hosted import HostedSlot, attr_setter, env_name, missing, task_setter
+from vecsample.types import AutoresetMode, Space
 
 #: gymnasium's vector info keys for the SAME_STEP autoreset's final step.
 _FINAL_KEYS = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})

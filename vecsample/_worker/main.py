@@ -26,14 +26,7 @@ from typing import Any
 
 from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, Waiter, WorkerSide
 from vecsample._wire.infos import InfoWriter, Signature
-from vecsample._wire.protocol import (
-    OK_MESSAGE,
-    AutoresetMode,
-    Command,
-    ErrorReport,
-    InfoRecord,
-    Reply,
-)
+from vecsample._wire.protocol import OK_MESSAGE, Command, ErrorReport, InfoRecord, Reply
 from vecsample._wire.shm import Lane, Views
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker import rows
@@ -42,6 +35,7 @@ from vecsample._worker.hosted_block import HostedBlock
 from vecsample._worker.step_loop import Cursor, StepLoop
 from vecsample.errors import EnvFactoryError
 from vecsample.hosted import is_hosted
+from vecsample.types import AutoresetMode
 
 #: How often the watchdog thread checks that the parent is still alive (seconds).
 WATCHDOG_PERIOD = 0.2

@@ -21,7 +21,6 @@ from gymnasium import logger, spaces
 from gymnasium.vector.utils import batch_space
 
 from vecsample import errors, hosted
-from vecsample._wire.protocol import AutoresetMode, EnvFn, Space
 from vecsample._wire.spaces import copy_tree
 from vecsample.adapters import vector_infos
 from vecsample.config import env_factories
@@ -29,6 +28,7 @@ from vecsample.hosted import HostedVector
 from vecsample.options import DEFAULTS, Options, adapted, check_int, check_mode
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler, usable_cores
+from vecsample.types import AutoresetMode, EnvFn, Space
 
 #: Spaces whose values have one fixed shape and dtype.
 FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)

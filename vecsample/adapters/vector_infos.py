@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from vecsample._wire.infos import Block, Column, InfoMap
-from vecsample._wire.protocol import AutoresetMode
+from vecsample.types import AutoresetMode
 
 #: gymnasium's ``VectorEnv._add_info(vector_infos, env_info, env_num)``.
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]

@@ -38,7 +38,6 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
 from vecsample import errors
-from vecsample._wire.protocol import AutoresetMode
 from vecsample.config import DEFAULT_CONTEXT, DEFAULT_DEADLINE, check_int
 from vecsample.envs.base import Task, TaskEnv
 from vecsample.envs.mujoco_batch import BATCH_IDS
@@ -50,6 +49,7 @@ from vecsample.options import DEFAULTS, Options, adapted
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.seeding import SeedStream
+from vecsample.types import AutoresetMode
 
 Params = Mapping[str, torch.Tensor]
 Futures = tuple[list[list["asyncio.Future[BatchEpisodes]"]], list["asyncio.Future[BatchEpisodes]"]]

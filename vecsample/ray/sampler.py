@@ -40,13 +40,13 @@ import ray
 from ray.exceptions import RayActorError
 
 from vecsample import errors
-from vecsample._wire.protocol import AutoresetMode, EnvFn
 from vecsample._wire.spaces import Leaf, leaves
 from vecsample.config import DEFAULT_DEADLINE, check_int, check_seconds, env_factories
 from vecsample.options import Options, adapted
 from vecsample.ray.errors import ActorsLostError
 from vecsample.sampler import VecSampler
 from vecsample.seeding import child_seeds
+from vecsample.types import AutoresetMode, EnvFn
 
 __all__ = [
     "Chunk",

@@ -28,7 +28,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from vecsample._wire.protocol import AutoresetMode
 from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
 from vecsample.extras import require
@@ -46,6 +45,7 @@ from vecsample.tools.bench_backends import (
     round_trips,
     sampler_stats,
 )
+from vecsample.types import AutoresetMode
 
 #: The partial-batch row recording a replay log: measured only with --record.
 RECORD_ROW = "vecsample_partial_record"

@@ -21,12 +21,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample._wire.protocol import AutoresetMode
 from vecsample._wire.shm import SharedBuffers
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.main import local_step
 from vecsample.tools.bench_backends import bare_steps
 from vecsample.tools.policies import ActionTable
+from vecsample.types import AutoresetMode
 
 EnvFns = Sequence[Callable[[], gym.Env[Any, Any]]]
 

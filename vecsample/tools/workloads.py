@@ -9,10 +9,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from vecsample._wire.protocol import EnvFn
 from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
 from vecsample.testing import SlowEnv
+from vecsample.types import EnvFn
 
 #: Synthetic env names: SlowEnv with each step-time tail (see vecsample.testing).
 SYNTHETIC_ENVS = {"sleep": "none", "uniform": "uniform", "straggler": "heavy"}

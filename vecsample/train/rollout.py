@@ -44,7 +44,6 @@ import torch
 from torch import nn
 
 from vecsample import errors
-from vecsample._wire.protocol import AutoresetMode
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.train.device import (
@@ -58,6 +57,7 @@ from vecsample.train.device import (
     state_tensors,
 )
 from vecsample.train.profile import PhaseTimer
+from vecsample.types import AutoresetMode
 
 #: ``act(sampling_policy, obs) -> {"actions": tensor, **extras}`` (or just the actions tensor).
 #: ``obs`` is a float32 (n, *obs_shape) tensor on the rollout device; every output has n rows.
