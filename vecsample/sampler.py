@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -169,10 +170,10 @@ class VecSampler:
         self.restart_log = self._failures.log
         #: DISABLED with a hosted env that cannot freeze rows: an ended env is reset first.
         self._no_frozen = hosted.refuses_frozen(self.config.env_fns, self.autoreset_mode)
-        self._heal = self._failures.heal_hook
         self._closed = False
         try:
-            self._log = open_log(o.record, o.replay, self.config, self._failures)
+            restarts = self._failures if isinstance(self._failures, Restarts) else None
+            self._log = open_log(o.record, o.replay, self.config, self._failures.log, restarts)
             self._pool.start()
         except BaseException:
             self.close(timeout=1.0)  # a worker that failed to build will not exit politely
@@ -255,7 +256,12 @@ class VecSampler:
 
     def send_all(self, actions: Actions) -> None:
         """Writes ``actions`` (num_envs rows) to shared memory and starts every worker; on a
-        SIGINT it behaves as ``step_send`` does: raised, nothing was posted."""
+        SIGINT it behaves as ``step_send`` does: raised, nothing was posted.
+
+        Where the sampler spins (every worker has a core, so this process shares one with a
+        worker) it then gives its core up once (``sched_yield``), so that the worker sharing it
+        starts its envs now, not after the caller's bookkeeping; that yield counts as waiting
+        in ``stats()``."""
         start = time.perf_counter()
         self._expect_all_idle("send_all")
         self._log.send_all()
@@ -263,26 +269,29 @@ class VecSampler:
             hosted.check_not_ended(self._channel.all_views, 0)
         self._actions.write(actions, self._channel.all_views.action_leaves, self.num_envs)
         self._channel.send_all(start)  # posts and returns: a SIGINT now is the next call's
+        if self.config.spin_s > 0:
+            self._yield_core()
 
     def step(self, actions: Actions, *, copy: bool = False) -> StepResult:
         """Sends every worker its rows of ``actions`` and waits for the full batch."""
         self.send_all(actions)
         signals.raise_held()  # raised before the wait; the workers' steps stay pending
-        self.hand_over()
         return self.batch(self._recv(self._everyone, None, self._wait, False), copy=copy)
 
+    def _yield_core(self) -> None:
+        yielded = time.perf_counter()
+        os.sched_yield()
+        # Counted as waiting: the parent is away until a core is free, which on a machine with
+        # fewer cores than processes is most of the batch (stats(), the bench's phases).
+        self._meter.timers["wait_s"] += time.perf_counter() - yielded
+
     def hand_over(self) -> None:
-        """Gives this process's core up at once, where the sampler spins (every worker has a
-        core, so the parent shares one with a worker): that worker starts its envs now, not
-        after the caller's bookkeeping. ``step()`` calls it after posting, and so do VectorEnv's
-        and the SB3 VecEnv's ``step``; a loop of ``send_all`` then ``step_recv`` may call it in
-        between. It only yields the core: nothing is waited for, nothing changes state."""
+        """Deprecated: ``send_all`` now gives the core up itself. Yields this process's core
+        once where the sampler spins, as before; it will be removed in the next release."""
+        warnings.warn("VecSampler.hand_over() is deprecated: send_all() now hands the core "
+                      "over itself; remove the call.", DeprecationWarning, stacklevel=2)
         if self.config.spin_s > 0:
-            yielded = time.perf_counter()
-            os.sched_yield()
-            # Counted as waiting: the parent is away until a core is free, which on a machine
-            # with fewer cores than processes is most of the batch (stats(), the bench's phases).
-            self._meter.timers["wait_s"] += time.perf_counter() - yielded
+            self._yield_core()
 
     def batch(self, results: Sequence[StepResult] = (), *, copy: bool = False) -> StepResult:
         """Every env's current data as one StepResult, with the infos of ``results`` merged."""
@@ -310,7 +319,9 @@ class VecSampler:
         flags = _check_mask(mask, self.num_envs)
         self._log.reset(seed, options, flags)
         seeds = self._seeds.for_reset(seed)
-        infos = self._pool.reset(seeds, options, flags, bound, heal=self._heal)
+        payload = self._pool.reset_payload(seeds, options, flags)
+        infos = self._pool.reset_infos(
+            self._command(Command.RESET, self._pool.reset_targets(flags), payload, bound))
         self._channel.drop_held()  # respawned workers were reset too: no restart to report
         return self._channel.all_views.obs, infos
 
@@ -357,14 +368,26 @@ class VecSampler:
         bound = Deadline.of_call(deadline, self.config.options.deadline)  # checked first
         self._expect_commandable(command.name.lower(), bound)
         self._log.command(command, payload(0, self.num_envs))  # a replay checks it first
-        return self._pool.each_env(command, payload, bound, self._heal)
+        hosted.check_command(self.config.env_fns, command)
+        workers = range(self.num_slots)
+        replies = self._command(command, workers,
+                                lambda w: payload(*self.config.bounds(w)), bound)
+        return [x for w in workers for x in replies[w]]
+
+    def _command(self, command: Command, workers: Sequence[int],
+                 payload: Callable[[int], object], deadline: Deadline) -> dict[int, Any]:
+        """``command`` to ``workers`` through the pool's RPC; the failure policy deals with the
+        workers it lost (raises, or respawns them and asks them again)."""
+        return self._failures.on_lost_in_command(
+            self._pool.request(command, workers, payload, deadline),
+            lambda lost: self._pool.request(command, lost, payload, deadline), deadline)
 
     def _expect_commandable(self, call: str, deadline: Deadline | None = None) -> None:
         """Reads an interrupted command's replies; finds workers that died since their last call
         (and, with restart, respawns them), within ``deadline`` (default: the sampler's)."""
         self._check_open()
         deadline = deadline or self._wait
-        self._pool.settle(deadline, raise_deaths=self._heal is None)
+        self._failures.found_dead(self._pool.reconcile(deadline))
         self._expect_all_idle(call, deadline)
 
     def _check_open(self) -> None:

@@ -165,10 +165,9 @@ class VecEnv(_SB3VecEnv):
 
     def step(self, actions: np.ndarray) -> tuple[VecEnvObs, np.ndarray, np.ndarray,
                                                  list[dict[str, Any]]]:
-        """``step_async`` then ``step_wait``, as SB3's VecEnv.step, handing this process's core
-        to the workers in between (``VecSampler.hand_over``)."""
+        """``step_async`` then ``step_wait``, as SB3's VecEnv.step (``step_async``'s
+        ``send_all`` hands this process's core to the workers before the wait)."""
         self.step_async(actions)
-        self._sampler.hand_over()
         return self.step_wait()
 
     def step_async(self, actions: np.ndarray) -> None:

@@ -3,8 +3,10 @@
 The pool starts every worker and waits for its envs to be built, respawns one in place (a fresh
 process on a fresh pipe, so no stale reply is ever read), shuts them all down, and runs the
 synchronous commands (reset, call, ...): send one pickled ``(Command, payload)`` per worker,
-then read one reply per worker. Steps do not go through here: they travel through shared memory
-(``handshake.py``), driven by ``VecSampler``.
+then read one reply per worker. What a command got comes back as a value, ``Replies``: the
+replies by worker and the workers lost on the way; the sampler's failure policy decides what
+to do with the lost ones (``restart.py``). Steps do not go through here: they travel through
+shared memory (``handshake.py``), driven by ``VecSampler``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -41,7 +44,6 @@ from vecsample._wire.shm import SharedBuffers
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.main import worker_main
 from vecsample.config import Deadline, SamplerConfig
-from vecsample.results import StepResult
 
 #: The longest single wait handed to poll(): longer ones are cut (poll takes int milliseconds).
 MAX_POLL_MS = 2**31 - 1
@@ -49,8 +51,31 @@ MAX_POLL_MS = 2**31 - 1
 MAX_WAIT = 86_400.0
 #: After SIGTERM, how long workers get to exit before SIGKILL (all of them together).
 TERMINATE_GRACE = 0.5
-#: Restart's ``heal(workers, deadline)``: respawns lost workers within the call's deadline.
-Heal = Callable[[list[int], Deadline], None]
+#: What a command can lose a worker to: its process died, its env raised, or only its reply
+#: could not be pickled (the worker is fine).
+Lost = errors.WorkerError | errors.ReplyPicklingError
+
+
+@dataclass
+class Replies:
+    """What one command got: the replies of the workers that answered (by worker), and the
+    workers lost on the way, each as the error that names it (the first one first)."""
+
+    ok: dict[int, Any] = field(default_factory=dict)
+    lost: list[Lost] = field(default_factory=list)
+
+    def first_lost(self, answered: dict[int, Any] | None = None) -> Lost:
+        """The error to raise for this command: its first loss, carrying the replies of the
+        workers that did answer (``answered``, default: this command's)."""
+        error = self.lost[0]
+        error.replies = dict(self.ok if answered is None else answered)
+        return error
+
+    def or_raise(self) -> dict[int, Any]:
+        """The replies, or the first loss raised (a command with no way to recover)."""
+        if self.lost:
+            raise self.first_lost()
+        return self.ok
 
 
 def _disown_in_forked_child() -> None:
@@ -114,14 +139,13 @@ class WorkerPool:
         for w in workers:
             self.states.transition(w, WorkerState.BUSY)
         try:
-            replies = self.gather(workers, "BUILD", deadline)
+            self.gather(workers, "BUILD", deadline).or_raise()  # READY from each
         except errors.DeadlineExceededError as exc:
             raise errors.DeadlineExceededError(
                 hung_workers=exc.hung_workers, deadline=exc.deadline, who="workers building envs",
                 fix="their env factories did not return in time; raise startup_deadline (or "
                 "the call's timeout) if building is just slow, or find what blocks it",
             ) from exc
-        assert all(tag is Reply.READY for tag, _ in replies.values())
 
     def stop(self, w: int) -> None:
         """Kills what is left of worker ``w``'s process (before ``respawn``), closes its pipes."""
@@ -189,23 +213,23 @@ class WorkerPool:
 
     # --- errors ----------------------------------------------------------------------------------
 
-    def died(self, w: int, command: str, results: list[StepResult]) -> errors.WorkerDiedError:
+    def died(self, w: int, command: str) -> errors.WorkerDiedError:
         """Marks worker ``w`` dead; the error to raise, naming its pid, exit code and envs."""
         self.states.transition(w, WorkerState.DEAD)
         proc = self.procs[w]
         proc.join(0.1)
         return errors.WorkerDiedError(
             worker=w, pid=proc.pid, exitcode=proc.exitcode, command=command,
-            env_ids=range(*self.config.bounds(w)), results=results,
+            env_ids=range(*self.config.bounds(w)),
         )
 
-    def failed(self, w: int, report: object, results: list[StepResult]) -> errors.WorkerError:
+    def failed(self, w: int, report: object) -> errors.WorkerError:
         """Marks worker ``w`` failed; the error to raise, with the remote traceback."""
         assert isinstance(report, ErrorReport), report
         self.states.transition(w, WorkerState.FAILED)
         return errors.WorkerError(
             worker=w, env=report.env, command=report.command, exc_type=report.exc_type,
-            message=report.message, remote_traceback=report.traceback, results=results,
+            message=report.message, remote_traceback=report.traceback,
         )
 
     # --- the command RPC -------------------------------------------------------------------------
@@ -213,83 +237,69 @@ class WorkerPool:
     def request(
         self, command: Command, workers: Sequence[int], payload: Callable[[int], Any],
         deadline: Deadline,
-    ) -> dict[int, Any]:
-        """Sends ``command`` with ``payload(w)`` to each of ``workers``; their replies by worker."""
+    ) -> Replies:
+        """Sends ``command`` with ``payload(w)`` to each of ``workers``; their replies, and the
+        workers lost on the way (past ``deadline``: DeadlineExceededError, the silent ones
+        marked failed)."""
         # Build every message before sending any: a payload that fails to pickle must not leave
         # some workers busy with a command whose replies nobody reads.
         messages = {w: _dumps(command, payload(w)) for w in workers}
         sent: list[int] = []
-        lost: list[errors.WorkerError] = []
+        unsent: list[Lost] = []
         for w, message in messages.items():
             with critical:  # sent and marked busy together, or neither
                 try:
                     self.conns[w].send_bytes(message)
                 except OSError:
-                    lost.append(self.died(w, command.name, []))
+                    unsent.append(self.died(w, command.name))
                     continue
                 self.states.transition(w, WorkerState.BUSY)
             sent.append(w)
         if self.bell is not None:
             self.bell.ring(sent)  # a worker asleep on the futex looks at its pipe when rung
         replies = self.gather(sent, command.name, deadline)  # every sent command is answered
-        if lost:
-            lost[0].replies = {w: reply for w, (_, reply) in replies.items()}
-            raise lost[0]
-        return {w: payload_ for w, (_, payload_) in replies.items()}
+        replies.lost += unsent
+        return replies
 
-    def request_or_heal(
-        self, command: Command, workers: Sequence[int], payload: Callable[[int], Any],
-        deadline: Deadline, heal: Heal | None,
-    ) -> dict[int, Any]:
-        """``request``; with ``heal`` (restart on), workers that die or fail during it are
-        respawned and asked again, and the others' replies are kept, all within ``deadline``."""
-        try:
-            return self.request(command, workers, payload, deadline)
-        except errors.WorkerDiedError as exc:  # an env that raised is the caller's to see
-            if heal is None:
-                raise
-            replies = dict(exc.replies)
-            failed = [w for w in workers if w not in replies]
-            heal(failed, deadline)  # RestartLimitError past max_restarts
-            return {**replies, **self.request_or_heal(command, failed, payload, deadline, heal)}
-
-    def settle(self, deadline: Deadline, raise_deaths: bool) -> None:
-        """Before a command: an interrupted command's replies are read, and workers that died
-        since their last call are marked dead (the first raised, unless they will restart)."""
+    def reconcile(self, deadline: Deadline) -> list[errors.WorkerDiedError]:
+        """Before a command: an interrupted command's replies are read, and the workers that
+        died since their last call are marked dead; returned, for the failure policy."""
         self.drain(deadline)
-        dead = self.find_dead()
-        if dead and raise_deaths:
-            raise dead[0]  # news to the caller; later calls get WorkerLostError
+        return self.find_dead()
 
     def find_dead(self) -> list[errors.WorkerDiedError]:
         """Marks idle workers whose process is gone as dead (a death between calls)."""
         dead = [w for w, proc in enumerate(self.procs)
                 if self.states.current[w] is WorkerState.IDLE and not proc.is_alive()]
-        return [self.died(w, "the time between two calls", []) for w in dead]
+        return [self.died(w, "the time between two calls") for w in dead]
 
     def drain(self, deadline: Deadline) -> None:
         """Reads the replies of a command that a KeyboardInterrupt cut short, so that no stale
-        reply is ever taken for a later call's (a silent worker is marked failed)."""
+        reply is ever taken for a later call's (a silent worker is marked failed; a lost one's
+        own state says what happened)."""
         busy = [w for w, s in enumerate(self.states.current) if s is WorkerState.BUSY]
         if busy:
-            with contextlib.suppress(errors.WorkerError):  # its own state says what happened
-                self.gather(busy, "DRAIN", deadline)
+            self.gather(busy, "DRAIN", deadline)
 
-    def reset(self, seeds: Sequence[int | None], options: dict[str, Any] | None,
-              mask: np.ndarray | None, deadline: Deadline, workers: Sequence[int] | None = None,
-              heal: Heal | None = None) -> list[dict[str, Any]]:
-        """Resets the envs of ``workers`` (default: those with an env in ``mask``, or all);
-        returns every env's reset info (empty for envs not reset)."""
-        if workers is None:
-            workers = [w for w in range(self.config.num_slots)
-                       if mask is None or mask[slice(*self.config.bounds(w))].any()]
+    def reset_targets(self, mask: np.ndarray | None) -> list[int]:
+        """The workers a reset of the envs in ``mask`` (None: all) goes to."""
+        return [w for w in range(self.config.num_slots)
+                if mask is None or mask[slice(*self.config.bounds(w))].any()]
+
+    def reset_payload(self, seeds: Sequence[int | None], options: dict[str, Any] | None,
+                      mask: np.ndarray | None) -> Callable[[int], object]:
+        """Each worker's part of a reset: its envs' seeds, the options, its rows of ``mask``."""
 
         def payload(w: int) -> object:
             lo, hi = self.config.bounds(w)
             return seeds[lo:hi], options, None if mask is None else mask[lo:hi]
 
+        return payload
+
+    def reset_infos(self, replies: dict[int, Any]) -> list[dict[str, Any]]:
+        """Every env's reset info from a reset's replies (empty for envs not reset); the
+        pickled leaves the replies carry are written to their rows."""
         infos: list[dict[str, Any]] = [{} for _ in range(self.config.num_envs)]
-        replies = self.request_or_heal(Command.RESET, workers, payload, deadline, heal)
         for w, (reply, lane) in replies.items():
             lo = self.config.bounds(w)[0]
             for j, info in reply:
@@ -298,21 +308,10 @@ class WorkerPool:
                 self._buffers.apply_lane(lo, lane)
         return infos
 
-    def each_env(self, command: Command, payload: Callable[[int, int], object],
-                 deadline: Deadline, heal: Heal | None) -> list[Any]:
-        """``command`` to every worker with ``payload(lo, hi)`` of its block; one result per env."""
-        hosted.check_command(self.config.env_fns, command)
-        workers = range(self.config.num_slots)
-        replies = self.request_or_heal(
-            command, workers, lambda w: payload(*self.config.bounds(w)), deadline, heal)
-        return [x for w in workers for x in replies[w]]
-
-    def gather(
-        self, workers: Sequence[int], command: str, deadline: Deadline
-    ) -> dict[int, tuple[Reply, Any]]:
-        """One reply from each of ``workers``, all read before the first failure is raised."""
-        replies: dict[int, tuple[Reply, Any]] = {}
-        failures: list[errors.WorkerError | errors.ReplyPicklingError] = []
+    def gather(self, workers: Sequence[int], command: str, deadline: Deadline) -> Replies:
+        """One reply from each of ``workers``: every one is read, failures included, so that
+        none goes stale. Past ``deadline``: DeadlineExceededError (the silent ones failed)."""
+        replies = Replies()
         waiting = {self.conns[w]: w for w in workers}
         deadline_at = deadline.wait_end()
         while waiting:
@@ -325,13 +324,11 @@ class WorkerPool:
             for w in sorted({waiting[c] for c in ready if c in waiting} | self._dead_in(ready)):
                 if w in waiting.values():
                     del waiting[self.conns[w]]
-                    try:
-                        replies[w] = self._read_reply(w, command)
-                    except (errors.WorkerError, errors.ReplyPicklingError) as exc:
-                        failures.append(exc)  # read the others' replies first: none goes stale
-        if failures:
-            failures[0].replies = {w: reply for w, (_, reply) in replies.items()}
-            raise failures[0]
+                    payload, lost = self._read_reply(w, command)
+                    if lost is None:
+                        replies.ok[w] = payload
+                    else:
+                        replies.lost.append(lost)
         return replies
 
     def _silent(self, workers: list[int], limit: float | None) -> errors.DeadlineExceededError:
@@ -355,25 +352,27 @@ class WorkerPool:
         fired = {r for r in ready if isinstance(r, int)}
         return {w for w, p in enumerate(self.procs) if p.sentinel in fired}
 
-    def _read_reply(self, w: int, command: str) -> tuple[Reply, Any]:
+    def _read_reply(self, w: int, command: str) -> tuple[Any, Lost | None]:
+        """Worker ``w``'s reply to ``command``: (its payload, None), or (None, the error that
+        names what was lost); the worker's state moved accordingly."""
         conn = self.conns[w]
         with critical:  # read and recorded together: a pipe is never left half read
             try:
                 if not conn.poll():
                     raise EOFError
                 message = conn.recv_bytes()
-            except (EOFError, OSError) as exc:
-                raise self.died(w, command, []) from exc
+            except (EOFError, OSError):
+                return None, self.died(w, command)
             tag, payload = (Reply.OK, None) if message == OK_MESSAGE else pickle.loads(message)
             assert isinstance(tag, Reply)
             if isinstance(payload, ErrorReport) and payload.exc_type == "ReplyPicklingError":
                 self.states.transition(w, WorkerState.IDLE)  # only the reply was at fault
-                raise errors.ReplyPicklingError(worker=w, command=command,
-                                                message=payload.message)
+                return None, errors.ReplyPicklingError(worker=w, command=command,
+                                                       message=payload.message)
             if tag is Reply.ERROR:
-                raise self.failed(w, payload, [])
+                return None, self.failed(w, payload)
             self.states.transition(w, WorkerState.IDLE)
-        return tag, payload
+        return payload, None
 
 
 # --- helpers -------------------------------------------------------------------------------------

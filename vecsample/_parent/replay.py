@@ -47,7 +47,7 @@ from vecsample.options import Options
 from vecsample.results import StepResult
 
 if TYPE_CHECKING:  # passed in by the sampler, which builds them: no import at run time
-    from vecsample._parent.restart import FailurePolicy
+    from vecsample._parent.restart import Restarts
 
 #: How often (seconds) a recording reaches the file while it runs; it always does on close().
 FLUSH_EVERY = 1.0
@@ -114,16 +114,14 @@ NO_LOG = NoLog()
 
 
 def open_log(record: PathArg | None, replay: PathArg | None, config: SamplerConfig,
-             failures: FailurePolicy) -> NoLog:
-    """The sampler's log: a Recorder, a Replayer, or NO_LOG. A replay of a run with restarts
-    makes them again through ``failures`` (the header check has made sure it restarts too)."""
-    if record is not None and replay is not None:
-        raise errors.ConfigError("record= and replay= were both given; a sampler records a run "
-                                 "or replays one: pass one of them.")
+             restart_log: list[tuple[int, str]], restarts: Restarts | None) -> NoLog:
+    """The sampler's log: a Recorder, a Replayer, or NO_LOG (``Options`` refuses both paths
+    at once). A replay of a run with restarts makes them again through ``restarts`` (None
+    without restarts: the header check has made sure that the log has none then)."""
     if record is not None:
-        return Recorder(record, config, failures.log)
+        return Recorder(record, config, restart_log)
     if replay is not None:
-        return Replayer(replay, config, failures)
+        return Replayer(replay, config, restart_log, restarts)
     return NO_LOG
 
 
@@ -208,12 +206,14 @@ def _packed(tag: Tag, *fields: int) -> bytes:
 class Replayer(NoLog):
     """Checks each call against the log and makes step_recv return the recorded workers."""
 
-    def __init__(self, path: PathArg, config: SamplerConfig, failures: FailurePolicy) -> None:
+    def __init__(self, path: PathArg, config: SamplerConfig, restart_log: list[tuple[int, str]],
+                 restarts: Restarts | None) -> None:
         self._reader = LogReader(path)
         self.path = self._reader.path
         self._config = config
-        self._failures = failures
-        self._seen = len(failures.log)  # restarts of this run accounted for
+        self._restart_log = restart_log
+        self._restarts = restarts
+        self._seen = len(restart_log)  # restarts of this run accounted for
         #: The step_recv under way: its record, and the error it is to raise again.
         self._record: list[Any] = []
         self._recorded: errors.DeadlineExceededError | None = None
@@ -254,7 +254,7 @@ class Replayer(NoLog):
 
     def _match_restarts(self) -> None:
         """Every restart this run made since the last check must be the log's next record."""
-        for w, reason in self._failures.log[self._seen:]:
+        for w, reason in self._restart_log[self._seen:]:
             self._seen += 1
             record = self._reader.next()
             if record is None or record[0] != Tag.RESTART or record[1] != w:
@@ -301,7 +301,7 @@ class Replayer(NoLog):
         forced, self._record = self._recorded_recv(pending)
         try:
             made = [r for w, reason in forced
-                    for r in self._failures.force(w, reason, copy)]  # with a lost other half
+                    for r in self._force(w, reason, copy)]  # with a lost other half
         except BaseException as exc:
             self.failed(exc)
             raise
@@ -328,6 +328,12 @@ class Replayer(NoLog):
             self.stopped = errors.ReplayDivergedError(
                 path=self.path, call=self.call, expected=describe(self._record),
                 got=f"step_recv() raising {type(exc).__name__}: {exc}")
+
+    def _force(self, w: int, reason: str, copy: bool) -> list[StepResult]:
+        """A recorded restart of worker ``w``, made again."""
+        # The header check compares ``restart``: a log with restarts replays only with them.
+        assert self._restarts is not None, "a log with restarts replayed without restart=True"
+        return self._restarts.force(w, reason, copy)
 
     def _recorded_recv(self, pending: list[int]) -> tuple[list[tuple[int, str]], list[Any]]:
         """The restarts recorded in this step_recv, then its RECV record, checked."""

@@ -3,21 +3,24 @@
 
 A step's wait (``StepChannel.collect``) returns what it read together with what died, failed or
 hung; the sampler's policy turns that into the call's results or one exception, raised at the API
-boundary (``settle``). Commands go through the pool's RPC, where the policy's ``heal_hook``
-(None: raise) respawns what died during them; ``heal`` respawns workers found lost before a call.
+boundary (``settle``). A command's RPC returns its replies with the workers lost on the way
+(``pool.Replies``); the policy raises the first loss or respawns the lost workers and asks them
+again (``on_lost_in_command``). ``found_dead`` is told of the workers that died between two
+calls, and ``heal`` respawns workers found lost before a call.
 
-With ``Restarts``, a worker that died, raised or hung is respawned in place: a fresh process on a
-fresh pipe (no stale reply can be read), its envs rebuilt and given again the tasks and
-attributes that ``reset_task``/``set_attr`` gave them, reset with seeds drawn from each env's own
-stream (``seeding.EnvSeeds``), and their rows flagged ``restarted`` and truncated. The respawned
-worker comes back as a result of the call that saw it fail, so the caller's loop goes on. Past
-``max_restarts`` the failure is raised as RestartLimitError. See docs/reliability.md.
+With ``Restarts``, a worker that died, raised or hung is respawned in place: the channel stops
+its process, starts a fresh one on a fresh pipe (no stale reply can be read) and flags its rows
+``restarted`` and truncated (``StepChannel.respawned``); this policy gives the new envs again the
+tasks and attributes that ``reset_task``/``set_attr`` gave them and resets them with seeds drawn
+from each env's own stream (``seeding.EnvSeeds``). The respawned worker comes back as a result of
+the call that saw it fail, so the caller's loop goes on. Past ``max_restarts`` the failure is
+raised as RestartLimitError. See docs/reliability.md.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vecsample import errors
@@ -27,8 +30,11 @@ from vecsample.results import StepResult
 from vecsample.seeding import EnvSeeds
 
 if TYPE_CHECKING:  # passed in by the sampler, which builds them: no import at run time
-    from vecsample._parent.pool import Heal, WorkerPool
+    from vecsample._parent.pool import Replies, WorkerPool
     from vecsample._parent.stepping import Collected, StepChannel
+
+#: Asks the workers given again for the command that lost them: their ``Replies``.
+Retry = Callable[[list[int]], "Replies"]
 
 
 class FailurePolicy(Protocol):
@@ -36,11 +42,17 @@ class FailurePolicy(Protocol):
 
     #: Every restart so far, oldest first: (worker, reason); empty without restarts.
     log: list[tuple[int, str]]
-    #: Given to the pool's command RPC: respawns workers lost during a command (None: raise).
-    heal_hook: Heal | None
 
     def settle(self, got: Collected, pending: Sequence[int], copy: bool) -> list[StepResult]:
         """A step's results, from what its wait found; or one exception carrying them."""
+
+    def on_lost_in_command(self, replies: Replies, retry: Retry,
+                           deadline: Deadline) -> dict[int, Any]:
+        """A command's replies by worker, once the workers it lost are dealt with: its first
+        loss raised, or the lost workers respawned and asked again (``retry``)."""
+
+    def found_dead(self, dead: list[errors.WorkerDiedError]) -> None:
+        """Before a command: ``dead`` workers died since their last call."""
 
     def heal(self, workers: list[int], deadline: Deadline | None = None) -> None:
         """Before a call: what it does with ``workers`` that an earlier call left lost."""
@@ -48,16 +60,12 @@ class FailurePolicy(Protocol):
     def remember(self, command: Command, name: str, values: list[Any]) -> None:
         """A ``reset_task`` (name ``""``) or ``set_attr(name)`` that every env took."""
 
-    def force(self, w: int, reason: str, copy: bool) -> list[StepResult]:
-        """Replay: restarts worker ``w`` as the recorded run did, whatever it does now."""
-
 
 class RaiseFailures:
     """``restart=False``: the first loss of a wait is raised, carrying the results read with it;
     past the deadline, DeadlineExceededError names the hung workers, which stay pending."""
 
     log: list[tuple[int, str]]
-    heal_hook: Heal | None = None
 
     def __init__(self) -> None:
         self.log = []
@@ -72,15 +80,20 @@ class RaiseFailures:
             raise first
         return got.results
 
+    def on_lost_in_command(self, replies: Replies, retry: Retry,
+                           deadline: Deadline) -> dict[int, Any]:
+        return replies.or_raise()
+
+    def found_dead(self, dead: list[errors.WorkerDiedError]) -> None:
+        """The first death is news to the caller; later calls get WorkerLostError."""
+        if dead:
+            raise dead[0]
+
     def heal(self, workers: list[int], deadline: Deadline | None = None) -> None:
         """Nothing: the call that needs them raises WorkerLostError."""
 
     def remember(self, command: Command, name: str, values: list[Any]) -> None:
         """Nothing: without restarts no env is ever re-made."""
-
-    def force(self, w: int, reason: str, copy: bool) -> list[StepResult]:
-        raise AssertionError("a replay's header check makes a run without restarts replay "
-                             "a log without restarts")
 
 
 class Restarts:
@@ -98,7 +111,6 @@ class Restarts:
         #: (one per env), by (command, attribute), the latest call last. A respawned worker's
         #: envs get them again before their reset, as the old envs had them.
         self.settings: dict[tuple[Command, str], list[Any]] = {}
-        self.heal_hook: Heal | None = self.heal
 
     def remember(self, command: Command, name: str, values: list[Any]) -> None:
         self.settings.pop((command, name), None)  # re-inserted: the latest call goes last
@@ -113,9 +125,28 @@ class Restarts:
         hung = errors.DeadlineExceededError(hung_workers=got.hung, deadline=got.bound)
         causes += [(w, "hung past the deadline", hung) for w in got.hung]
         for w, reason, cause in causes:
-            if all(r.worker != w for r in results):
-                results += self._restart(w, reason, cause, results, copy, pending=pending)
+            delivered = {r.worker for r in results}
+            if w not in delivered:
+                owed = {s for s in pending if s not in delivered}
+                results += self._restart(w, reason, cause, results, copy, owed=owed)
         return results
+
+    def on_lost_in_command(self, replies: Replies, retry: Retry,
+                           deadline: Deadline) -> dict[int, Any]:
+        """Workers that died during the command are respawned and asked again, the others'
+        replies kept, all within ``deadline``; an env that raised is the caller's to see."""
+        answered = dict(replies.ok)
+        while replies.lost:
+            if not isinstance(replies.lost[0], errors.WorkerDiedError):
+                raise replies.first_lost(answered)
+            lost = [e.worker for e in replies.lost]
+            self.heal(lost, deadline)  # RestartLimitError past max_restarts
+            replies = retry(lost)
+            answered.update(replies.ok)
+        return answered
+
+    def found_dead(self, dead: list[errors.WorkerDiedError]) -> None:
+        """Nothing yet: the call heals them before it uses them."""
 
     def heal(self, workers: list[int], deadline: Deadline | None = None) -> None:
         """Workers left failed or dead by a synchronous call are respawned
@@ -125,9 +156,8 @@ class Restarts:
             state = self._pool.states[w]  # an other half restarted with an earlier one: idle
             if state in (WorkerState.FAILED, WorkerState.DEAD):
                 cause = errors.WorkerLostError(call="heal", worker=w, state=state.value)
-                result, *_ = self._restart(w, f"was {state.value} when it was next used", cause,
-                                           [], True, deadline)
-                self._channel.hold(w, result)  # its next step returns this restart
+                self._restart(w, f"was {state.value} when it was next used", cause, [], True,
+                              deadline, hold=True)  # its next step returns this restart
 
     def force(self, w: int, reason: str, copy: bool) -> list[StepResult]:
         """Replay (replay.py): restarts worker ``w``, pending in a step, as the recorded run did,
@@ -136,40 +166,23 @@ class Restarts:
         return self._restart(w, reason, cause, [], copy)
 
     def _restart(self, w: int, reason: str, cause: BaseException, results: list[StepResult],
-                 copy: bool, deadline: Deadline | None = None,
-                 pending: Collection[int] = ()) -> list[StepResult]:
-        """Respawns the process serving worker ``w`` in place (one restart, whatever it serves)
-        and returns ``w``'s flagged result, then those of its other half (``pipeline``) if the
-        death lost its step (stepping, or in ``pending``). An other half whose result stands
-        (received, or finished before the death) keeps it: its rows are restored after the
-        respawn and its restart is returned by its next step. Other processes' rows are never
-        touched. Raises RestartLimitError past ``max_restarts``."""
+                 copy: bool, deadline: Deadline | None = None, owed: frozenset[int] | set[int]
+                 = frozenset(), hold: bool = False) -> list[StepResult]:
+        """Respawns the process serving worker ``w`` in place (one restart, whatever it serves):
+        its flagged result, then those of its other half (``pipeline``) if the death lost its
+        step (``StepChannel.respawned``). Raises RestartLimitError past ``max_restarts``; a
+        rebuild that fails too raises, carrying ``results``."""
         self._check_limit(w, reason, cause, results)
         self.log.append((w, reason))
-        others = [s for s in self._config.process_slots(w) if s != w]
-        lost = [s for s in others if self._owed(s, pending, results)
-                and not self._channel.settled(s, copy)]
-        saved = {s: self._channel.views[s].copy_rows() for s in others if s not in lost}
+        bound = deadline or Deadline(self._config.options.deadline)
         try:
-            reset_infos = self._respawn(w, deadline or Deadline(self._config.options.deadline))
+            return self._channel.respawned(
+                w, reason, copy, owed=owed, hold=hold,
+                startup=bound.per(self._config.options.startup_deadline),
+                reinit=functools.partial(self._reinit, bound))
         except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
             exc.results = [*results, *exc.results]
             raise
-        made = {s: self._flagged(s, reset_infos, reason if s == w else
-                                 f"{reason} (worker {w}, the other half of its process)",
-                                 copy or s in saved) for s in (w, *others)}
-        for s, rows in saved.items():
-            self._channel.keep(s, made[s], rows)
-        for s in lost:
-            self._channel.carry(s, made[s])
-        return [made[w], *(made[s] for s in lost)]
-
-    def _owed(self, w: int, pending: Collection[int], results: list[StepResult]) -> bool:
-        """Whether a step of worker ``w`` awaits its result: stepping, or pending in this recv
-        (and marked dead since) and not among the ``results`` read so far."""
-        if self._pool.states[w] is WorkerState.STEPPING:
-            return True
-        return w in pending and all(r.worker != w for r in results)
 
     def _check_limit(self, w: int, reason: str, cause: BaseException,
                      results: list[StepResult]) -> None:
@@ -181,38 +194,20 @@ class Restarts:
                 remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
             ) from cause
 
-    def _flagged(self, w: int, reset_infos: list[dict[str, Any]], reason: str,
-                 copy: bool) -> StepResult:
-        """Worker ``w``'s rows after the respawn, with its envs' reset infos and ``reason``."""
-        result = self._channel.result_of(w, copy)  # added as leftovers: the map stays columnar
-        result.reset_infos.add(None, {env: reset_infos[env] for env in result.env_ids})
-        result.infos.add(None, {env: {"restart_reason": reason} for env in result.env_ids})
-        return result
-
-    def _set_again(self, slots: list[int], deadline: Deadline) -> None:
-        """Gives the respawned ``slots``' envs the tasks and attributes their old envs had."""
+    def _reinit(self, deadline: Deadline, slots: range) -> list[dict[str, Any]]:
+        """The envs of a respawned process (``slots``): given the tasks and attributes their
+        old envs had, then reset with seeds from their own streams; every env's reset info."""
         for (command, name), values in self.settings.items():
-            payload = functools.partial(self._setting, command, name, values)
-            self._pool.request(command, slots, payload, deadline)
+            setting = functools.partial(self._setting, command, name, values)
+            self._pool.request(command, slots, setting, deadline).or_raise()
+        lo, hi = self._config.bounds(slots[0])[0], self._config.bounds(slots[-1])[1]
+        restarts = sum(1 for worker, _ in self.log if worker in slots)  # of this process
+        seeds = self._seeds.for_restart(lo, hi, restarts)
+        payload = self._pool.reset_payload(seeds, None, None)
+        return self._pool.reset_infos(
+            self._pool.request(Command.RESET, slots, payload, deadline).or_raise())
 
     def _setting(self, command: Command, name: str, values: list[Any], slot: int) -> Any:
         """The payload of a remembered command for ``slot``: its envs' rows of ``values``."""
         block = values[slice(*self._config.bounds(slot))]
         return block if command is Command.RESET_TASK else (name, block)
-
-    def _respawn(self, w: int, deadline: Deadline) -> list[dict[str, Any]]:
-        """A fresh process for worker ``w`` (and its other half) with re-seeded envs and flagged
-        rows, built and reset within ``deadline``; every env's reset info (empty: not reset)."""
-        slots = self._config.process_slots(w)
-        self._pool.stop(w)
-        for s in slots:  # after the old process is gone: nothing can write behind us
-            self._channel.forget(s)
-        self._pool.respawn(w, deadline.per(self._config.options.startup_deadline))
-        self._set_again(list(slots), deadline)
-        lo, hi = self._config.bounds(slots[0])[0], self._config.bounds(slots[-1])[1]
-        restarts = sum(1 for worker, _ in self.log if worker in slots)  # of this process
-        seeds = self._seeds.for_restart(lo, hi, restarts)
-        infos = self._pool.reset(seeds, None, None, deadline, workers=list(slots))
-        for s in slots:
-            self._channel.flag_restarted(s)
-        return infos

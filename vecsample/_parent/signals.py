@@ -31,6 +31,7 @@ import os
 import signal
 import threading
 import weakref
+from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
@@ -99,6 +100,28 @@ def raise_held() -> None:
     if Section.pending and Section.depth == 0:
         Section.pending = False
         signal.default_int_handler(signal.SIGINT, None)
+
+
+class undoable:
+    """A section whose effect ``undo`` takes back if a SIGINT comes before its end: the
+    interrupt is then raised, as Python's own KeyboardInterrupt, once the undo is done; so is
+    any exception raised inside. One that comes after the section is raised in the caller's
+    code, which then holds what the section did (``StepChannel.deliver``: the results)."""
+
+    __slots__ = ("undo",)
+
+    def __init__(self, undo: Callable[[], None]) -> None:
+        self.undo = undo
+
+    def __enter__(self) -> None:
+        Section.depth += 1
+
+    def __exit__(self, kind: object, value: object, tb: object) -> None:
+        if kind is not None or Section.pending:
+            self.undo()
+            leave()  # raises the SIGINT noted before the end (or during the undo)
+            return
+        Section.depth -= 1  # the last statement: no SIGINT lands between it and the caller
 
 
 def _install_sigint() -> None:

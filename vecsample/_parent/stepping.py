@@ -1,26 +1,27 @@
 """``StepChannel``: the parent's side of the step handshake, the hot path of every step.
 
-It posts a worker's step and wakes it if it sleeps (``post``, ``ring``), waits for finished
-steps, full or partial batch, within a deadline (``collect``), and turns a worker's rows of
-shared memory into a ``StepResult`` (``result_of``). The handshake itself, counters and
-doorbells, is in ``handshake.py``; the worker processes and their pipes are the pool's.
+It posts a worker's step and wakes it if it sleeps (``send``, ``ring``), waits for finished
+steps, full or partial batch, within a deadline (``collect``), hands them over (``deliver``), and
+turns a worker's rows of shared memory into a ``StepResult`` (``result_of``). It owns each
+worker's life between steps: what it holds for a worker besides the handshake counters is one
+``Slot`` record, and a respawn of a worker's process goes through one call, ``respawned``. The
+handshake itself, counters and doorbells, is in ``handshake.py``; the worker processes and
+their pipes are the pool's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import pickle
-import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vecsample import errors
 from vecsample._parent import signals
-from vecsample._parent.signals import Section
 from vecsample._parent.stats import Meter
 from vecsample._wire import handshake
 from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
@@ -48,6 +49,33 @@ class Collected:
     bound: float | None = None
 
 
+@dataclass
+class Slot:
+    """What the channel holds for one worker of the step API besides its handshake counters;
+    a blank record (every field at its default) is the usual case between steps."""
+
+    #: A step read but not yet handed over (an interrupt came between, or a restart stands in
+    #: for a step lost with its process): the next collect returns it first. Its worker stays
+    #: STEPPING until it is handed over.
+    unread: StepResult | None = None
+    #: A restart that stands in for the worker's next step (its process was respawned between
+    #: two of its steps): returned when that step is posted, instead of running it.
+    restart: StepResult | None = None
+    #: The rows to write back when ``restart`` is returned (its rows still held the worker's
+    #: last result, which the caller may hold as views); None: they hold the restart already.
+    restart_rows: list[np.ndarray] | None = None
+    #: The worker's rows carry a restart's flags (``restarted``), cleared when it next steps.
+    clear_flags: bool = False
+
+    def blank(self) -> bool:
+        return self.unread is None and self.restart is None and not self.clear_flags
+
+
+#: A respawned process's envs made ready again (``Restarts``): given ``slots``, every env's
+#: reset info.
+Reinit = Callable[[range], list[dict[str, Any]]]
+
+
 class StepChannel:
     """Posts, wakes and collects the steps of a pool's workers through shared memory."""
 
@@ -69,14 +97,10 @@ class StepChannel:
         self.views = [buffers.views(*config.bounds(w)) for w in range(config.num_slots)]
         #: Each worker's env ids, computed once (the hot path reads them every step).
         self.blocks = [range(*config.bounds(w)) for w in range(config.num_slots)]
-        self._flagged = [False] * config.num_slots  # restarted flags to clear on next send
-        #: Results read but not yet returned (a KeyboardInterrupt came between): the next
-        #: collect returns them first; their workers stay STEPPING until then.
-        self._stash: dict[int, StepResult] = {}
-        #: A worker respawned before its next step: that step is not run, its result is the
-        #: flagged restart (held here until the step is posted), with the rows to write back
-        #: then (None: its rows already hold the restart).
-        self._held: dict[int, tuple[StepResult, list[np.ndarray] | None]] = {}
+        #: One record per worker of the step API (``Slot``).
+        self.slots = [Slot() for _ in range(config.num_slots)]
+        #: The workers whose record is not blank: what the hot path checks, at no cost per worker.
+        self._marked: set[int] = set()
 
     def send(self, w: int, started: float) -> None:
         """Posts worker ``w``'s step, wakes it and counts ``send_s`` since ``started``: the end
@@ -84,8 +108,8 @@ class StepChannel:
         so a KeyboardInterrupt out of step_send means that nothing was posted."""
         signals.enter()
         try:
-            self._post(w)
-            self.ring((w,))
+            if self._post(w):
+                self.ring((w,))
             self._timers["send_s"] += time.perf_counter() - started
         finally:
             signals.commit()  # the last call: no KeyboardInterrupt between the post and return
@@ -94,84 +118,71 @@ class StepChannel:
         """``send`` for every worker (all idle): the end of send_all."""
         signals.enter()
         try:
-            self._post_all()
-            self.ring(range(self._config.num_slots))
+            self.ring(self._post_all())
             self._timers["send_s"] += time.perf_counter() - started
         finally:
             signals.commit()  # the last call: no KeyboardInterrupt between the post and return
 
-    def _post(self, w: int) -> None:
-        """Posts worker ``w``'s step and marks it STEPPING; ``ring`` must follow."""
-        held = self._held.pop(w, None) if self._held else None
-        if held is not None:  # respawned since its last step: its restart is the result
-            self._stash[w], rows = held
-            if rows is not None:  # kept its last result's rows until now (``keep``)
-                self.views[w].write_rows(rows)
-                self._flagged[w] = True
-        else:
-            if self._flagged[w]:  # a restart's flags last until the worker's next step
+    def _post(self, w: int) -> bool:
+        """Posts worker ``w``'s step and marks it STEPPING; whether it was posted to the
+        worker (``ring`` must follow) or a restart of it stands in for the step instead."""
+        posted = True
+        if w in self._marked:
+            slot = self.slots[w]
+            if slot.restart is not None:  # respawned since its last step: its restart
+                slot.unread, slot.restart = slot.restart, None
+                if slot.restart_rows is not None:  # kept its last result's rows until now
+                    self.views[w].write_rows(slot.restart_rows)
+                    slot.restart_rows, slot.clear_flags = None, True
+                posted = False
+            elif slot.clear_flags:  # a restart's flags last until the worker's next step
                 self.views[w].restarted[:] = False
-                self._flagged[w] = False
+                slot.clear_flags = False
+            self._tidy(w)
+        if posted:
             self._hs.post(w)
         self._states.transition(w, WorkerState.STEPPING)
+        return posted
 
-    def _post_all(self) -> None:
-        """Posts every worker's step: one vectorised write, unless a worker has a held restart
-        result or restart flags to clear."""
-        if self._held or any(self._flagged):
-            for w in range(self._config.num_slots):
-                self._post(w)
-            return
+    def _post_all(self) -> Sequence[int]:
+        """Posts every worker's step (one vectorised write, unless a worker's record says
+        otherwise); the workers posted to."""
+        if self._marked:
+            return [w for w in range(self._config.num_slots) if self._post(w)]
         self._hs.post_all()
         self._states.transition_all(WorkerState.STEPPING)
+        return range(self._config.num_slots)
 
-    def hold(self, w: int, result: StepResult, rows: list[np.ndarray] | None = None) -> None:
-        """Worker ``w`` was respawned while idle: its next step returns ``result`` instead (and
-        writes ``rows``, its restart's, back to its rows first)."""
-        self._held[w] = (result, rows)
-
-    def keep(self, w: int, restart: StepResult, saved: list[np.ndarray]) -> None:
-        """``w``'s process was respawned with ``w``'s last result standing: its rows go back to
-        ``saved`` (its views stay valid) and its next step returns ``restart`` (a copy)."""
-        self.hold(w, restart, self.views[w].copy_rows())
-        self.views[w].write_rows(saved)
-        if w in self._stash:  # to be delivered by this recv (or the next): still stepping
-            self._states.transition(w, WorkerState.STEPPING)
-
-    def carry(self, w: int, restart: StepResult) -> None:
-        """``w``'s step was lost with its process: ``restart`` is its result, to deliver."""
-        self._states.transition(w, WorkerState.STEPPING)
-        self._stash[w] = restart
-
-    def settled(self, w: int, copy: bool) -> bool:
-        """Whether ``w``'s step has a result: stashed, or finished and read (stashed) now."""
-        if w in self._stash:
-            return True
-        if self._states[w] is WorkerState.STEPPING and self._hs.ready((w,)):
-            return isinstance(self._read_step(w, copy), StepResult)  # else: lost, marked so
-        return False
+    def _tidy(self, w: int) -> None:
+        """Keeps ``_marked`` equal to the workers whose record is not blank."""
+        if self.slots[w].blank():
+            self._marked.discard(w)
+        else:
+            self._marked.add(w)
 
     def drop_held(self) -> None:
-        """A reset replaced every held restart result with fresh episodes."""
-        self._held.clear()
+        """A reset replaced every restart held for a next step with fresh episodes."""
+        for w in list(self._marked):
+            slot = self.slots[w]
+            slot.restart = slot.restart_rows = None
+            self._tidy(w)
 
     def ring(self, workers: Sequence[int]) -> None:
         """Wakes those of ``workers`` that sleep: one futex ring for all where there is one,
         else a pipe write each (handshake.py)."""
         handshake.fence()
-        posted = [w for w in workers if w not in self._stash] if self._stash else workers
         if self._pool.bell is not None:
-            if self._hs.any_sleeping(posted):
-                self._pool.bell.ring(posted)
+            if workers and self._hs.any_sleeping(workers):
+                self._pool.bell.ring(workers)
         else:
-            for w in posted:
+            for w in workers:
                 if self._hs.wants_ring(w):
                     # A dead worker cannot be rung; its sentinel reports it in the next collect,
                     # where the restart policy (or the error) handles it with the others.
                     with contextlib.suppress(OSError):
                         self._pool.conns[w].send_bytes(DOORBELL)
         if self._action_lane:
-            self._send_actions(posted)
+            self._send_actions(workers)
 
     def _send_actions(self, workers: Sequence[int]) -> None:
         """The pickled action leaves of ``workers``, after their post (the worker reads them)."""
@@ -195,7 +206,7 @@ class StepChannel:
         waiting = set(pending)
         end = deadline.wait_end()
         window: float | None = None  # the end of a partial batch: ``timeout`` after the first
-        if self._stash and self._take_carried(got.results, waiting) and timeout is not None:
+        if self._marked and self._take_carried(got.results, waiting) and timeout is not None:
             window = time.monotonic() + timeout
         while waiting:
             if self._read_ready(got, waiting, copy):
@@ -240,52 +251,41 @@ class StepChannel:
             finished = self._hs.ready(dead)
             lost = [w for w in dead if w not in finished]
             waiting.difference_update(lost)
-            got.lost += [self._pool.died(w, "STEP", []) for w in lost]
+            got.lost += [self._pool.died(w, "STEP") for w in lost]
 
     def deliver(self, results: list[StepResult], timers: dict[str, float] | None = None,
                 ) -> list[StepResult]:
         """Hands ``results`` over: their workers become idle, and ``timers`` counts them
         (``workers_received``). A SIGINT before the hand-over is complete undoes it; one after
         it is raised in the caller's code, which then holds the results."""
-        Section.depth += 1
         done: list[tuple[int, StepResult]] = []
-        try:
+        with signals.undoable(lambda: self._undo(done)):
             for r in results:
                 assert r.worker is not None
-                stashed = self._stash.pop(r.worker, None)
-                if stashed is not None:
+                slot = self.slots[r.worker]
+                if slot.unread is not None:
                     self._states.transition(r.worker, WorkerState.IDLE)
-                    done.append((r.worker, stashed))
-            count = float(len(results))
-        except BaseException:
-            self._undo(done)
-            Section.depth -= 1
-            if Section.pending and Section.depth == 0:  # noted during the undo: raise it
-                Section.pending = False
-                signal.default_int_handler(signal.SIGINT, None)
-            raise
-        if Section.pending:  # a SIGINT came before the hand-over was complete: undo, raise
-            self._undo(done)
-            Section.depth -= 1
-            Section.pending = False
-            signal.default_int_handler(signal.SIGINT, None)
-        if timers is not None:  # no call from here to the return: no SIGINT can land here
-            timers["recvs"] += 1.0
-            timers["workers_received"] += count
-        Section.depth -= 1
+                    done.append((r.worker, slot.unread))
+                    slot.unread = None
+                    self._tidy(r.worker)
+            if timers is not None:  # inside: a SIGINT after it raises in the caller's code
+                timers["recvs"] += 1.0
+                timers["workers_received"] += float(len(results))
         return results
 
     def _undo(self, done: list[tuple[int, StepResult]]) -> None:
-        for w, stashed in done:
+        for w, unread in done:
             self._states.transition(w, WorkerState.STEPPING)
-            self._stash[w] = stashed
+            self.slots[w].unread = unread
+            self._marked.add(w)
 
     def _take_carried(self, results: list[StepResult], waiting: set[int]) -> bool:
-        """Results read by a call that an interrupt cut short: returned first."""
-        carried = [w for w in waiting if w in self._stash]
+        """Results read by a call that an interrupt cut short, or restarts that stand in for
+        steps lost with their process: returned first."""
+        carried = [w for w in waiting if self.slots[w].unread is not None]
         for w in carried:
             waiting.discard(w)
-            results.append(self._stash[w])
+            results.append(self.slots[w].unread)  # type: ignore[arg-type]
         return bool(carried)
 
     def _read_step(self, w: int, copy: bool) -> StepResult | errors.WorkerError:
@@ -298,10 +298,10 @@ class StepChannel:
                 try:
                     message = self._pool.conns[w].recv_bytes()
                 except (EOFError, OSError):
-                    return self._pool.died(w, "STEP", [])
+                    return self._pool.died(w, "STEP")
                 tag, payload = pickle.loads(message)
                 if tag is Reply.ERROR:
-                    return self._pool.failed(w, payload, [])
+                    return self._pool.failed(w, payload)
                 records, lane, candidates = payload
                 if lane:
                     self._buffers.apply_lane(self._config.bounds(w)[0], lane)
@@ -309,7 +309,8 @@ class StepChannel:
                     self._hs.publish(len(self._schema.columns))
             result = self.result_of(w, copy)
             _add_infos(self._schema, result, records, bits)
-            self._stash[w] = result
+            self.slots[w].unread = result
+            self._marked.add(w)
         finally:
             signals.leave()
         return result
@@ -330,14 +331,63 @@ class StepChannel:
     def snapshot(self) -> HandshakeState:
         return self._hs.snapshot()
 
-    def forget(self, w: int) -> None:
-        """Before a restart: nothing in flight, so the new worker starts clean."""
-        self._hs.reset_worker(w)
+    # --- a respawn ------------------------------------------------------------------------------
 
-    def flag_restarted(self, w: int) -> None:
-        """Worker ``w``'s rows after a restart: truncated, restarted, no reward, until it steps.
-        Its final observations are zeroed: the dead worker may have half written them, and a
-        replayed run must find the same bytes there (tests/test_replay.py)."""
+    def respawned(self, w: int, reason: str, copy: bool, *, owed: Collection[int], hold: bool,
+                  startup: Deadline, reinit: Reinit) -> list[StepResult]:
+        """Replaces the process serving worker ``w`` (its envs made ready by ``reinit``, within
+        ``startup`` for the build) and returns ``w``'s flagged restart, then those of its other
+        half (``pipeline``) whose step was lost with the process: stepping, or ``owed`` (pending
+        in this recv and not received), and not finished before the death. An other half whose
+        result stands keeps it: its rows are written back after the respawn and its restart is
+        returned by its next step. With ``hold``, ``w``'s restart is returned by its next step
+        too (it was respawned between two steps). Other processes' rows are never touched."""
+        slots = self._config.process_slots(w)
+        others = [s for s in slots if s != w]
+        lost = [s for s in others if (self._states[s] is WorkerState.STEPPING or s in owed)
+                and not self._has_result(s, copy)]
+        saved = {s: self.views[s].copy_rows() for s in others if s not in lost}
+        self._pool.stop(w)
+        for s in slots:  # after the old process is gone: nothing can write behind us
+            self._hs.reset_worker(s)
+        self._pool.respawn(w, startup)
+        reset_infos = reinit(slots)
+        made = {s: self._restarted(s, reset_infos, reason if s == w else f"{reason} (worker "
+                                   f"{w}, the other half of its process)", copy or s in saved)
+                for s in slots}
+        for s, rows in saved.items():  # the standing result's rows, back; the restart waits
+            self._stand_in(s, made[s], self.views[s].copy_rows())
+            self.views[s].write_rows(rows)
+        for s in lost:  # its step was lost with the process: the restart is its result
+            self._states.transition(s, WorkerState.STEPPING)
+            self.slots[s].unread = made[s]
+            self._tidy(s)
+        if hold:
+            self._stand_in(w, made[w], None)
+        return [made[w], *(made[s] for s in lost)]
+
+    def _has_result(self, w: int, copy: bool) -> bool:
+        """Whether ``w``'s step has a result: read already, or finished (read now)."""
+        if self.slots[w].unread is not None:
+            return True
+        if self._states[w] is WorkerState.STEPPING and self._hs.ready((w,)):
+            return isinstance(self._read_step(w, copy), StepResult)  # else: lost, marked so
+        return False
+
+    def _stand_in(self, w: int, restart: StepResult, rows: list[np.ndarray] | None) -> None:
+        """``w``'s next step returns ``restart`` (writing ``rows`` back first, if given)."""
+        slot = self.slots[w]
+        slot.restart, slot.restart_rows = restart, rows
+        if slot.unread is not None:  # to be delivered by this recv (or the next): stepping
+            self._states.transition(w, WorkerState.STEPPING)
+        self._tidy(w)
+
+    def _restarted(self, w: int, reset_infos: list[dict[str, Any]], reason: str,
+                   copy: bool) -> StepResult:
+        """Worker ``w``'s rows after a respawn: truncated, restarted, no reward, until it steps,
+        with its envs' reset infos and ``reason``. Its final observations are zeroed: the dead
+        worker may have half written them, and a replayed run must find the same bytes there
+        (tests/test_replay.py)."""
         v = self.views[w]
         for leaf in v.final_obs_leaves:
             leaf[:] = None if leaf.dtype == object else 0
@@ -346,7 +396,12 @@ class StepChannel:
         v.has_final_obs[:] = False
         v.truncated[:] = True
         v.restarted[:] = True
-        self._flagged[w] = True
+        self.slots[w].clear_flags = True
+        self._tidy(w)
+        result = self.result_of(w, copy)  # added as leftovers: the map stays columnar
+        result.reset_infos.add(None, {env: reset_infos[env] for env in result.env_ids})
+        result.infos.add(None, {env: {"restart_reason": reason} for env in result.env_ids})
+        return result
 
 
 def _add_infos(schema: Schema, result: StepResult, records: list[InfoRecord] | None,

@@ -201,7 +201,6 @@ class VectorEnv(gym.vector.VectorEnv):
         """Steps every env with its row of ``actions``; (obs, rewards, terminated, truncated,
         infos)."""
         self.step_async(actions)
-        self._sampler.hand_over()  # as VecSampler.step: the worker on our core starts now
         return self.step_wait()
 
     def step_async(self, actions: Any) -> None:
