@@ -218,6 +218,30 @@ def test_the_adapters_own_defaults_yield_to_options(make_vector_env):
         VectorEnv(fns(CountingEnv, 2), options=Options(infos=False))
 
 
+def test_options_note_which_fields_were_given_whatever_their_value():
+    assert Options().given == frozenset()
+    assert Options(2, seed=0).given == {"num_workers", "seed"}
+    same = Options(autoreset_mode="SameStep")  # the default value, given
+    assert same == Options() and same.given == {"autoreset_mode"}
+    assert same.replace(deadline=3).given == {"autoreset_mode", "deadline"}
+
+
+@pytest.mark.parametrize("mode", ["SameStep", "Disabled", "NextStep"])
+def test_an_adapter_never_overrides_a_value_the_user_set(make_vector_env, mode):
+    """SameStep is Options' default: VectorEnv used to take it for unset and run NextStep."""
+    env = make_vector_env(fns(CountingEnv, 2), 1, options=Options(autoreset_mode=mode))
+    assert env.sampler.options.autoreset_mode is AutoresetMode(mode)
+    assert env.autoreset_mode.value == mode
+
+
+def test_vector_env_keyword_counts_as_given_when_passed(make_vector_env):
+    """An explicit keyword wins over ``options``, even when it names the adapter's default."""
+    for mode in ("SameStep", "Disabled"):
+        env = make_vector_env(fns(CountingEnv, 2), 1, options=Options(autoreset_mode=mode),
+                              autoreset_mode="NextStep")  # gymnasium's default, passed
+        assert env.sampler.options.autoreset_mode is AutoresetMode.NEXT_STEP
+
+
 def test_multitasksampler_takes_options_and_refuses_what_it_sets():
     maml = pytest.importorskip("vecsample.maml")
     args = ["TabularMDP-v0", {}, 1, None, None]

@@ -27,7 +27,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecNormalize
 
 import vecsample.sb3
-from vecsample import errors
+from vecsample import Options, errors
 from vecsample.sb3 import EnvAttributeError, EnvIndexError, VecEnv
 from vecsample.testing import CountingEnv, RaisingEnv, SpaceEnv, fns
 
@@ -407,3 +407,13 @@ def test_step_hands_the_core_over_between_posting_and_waiting(make_venv, monkeyp
     venv.step(np.ones(4, dtype=np.int64))
     # send_all yields the core itself now (issue 31); the wait's own spin yields after step_recv.
     assert calls[:3] == ["send_all", "hand_over", "step_recv"]
+
+
+def test_check_actions_keyword_counts_as_given_when_passed(make_venv):
+    """SubprocVecEnv's default (no check) fills only what ``options`` leaves unset, and an
+    explicit ``check_actions=False`` wins over ``options`` (it was taken for unset)."""
+    checked = Options(check_actions=True)
+    assert make_venv(VecEnv, fns(CountingEnv, 2), options=checked).sampler.options.check_actions
+    off = make_venv(VecEnv, fns(CountingEnv, 2), options=checked, check_actions=False)
+    assert off.sampler.options.check_actions is False
+    assert not make_venv(VecEnv, fns(CountingEnv, 2)).sampler.options.check_actions

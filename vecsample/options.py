@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import math
 import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -50,6 +51,8 @@ class Options:
     Each field is checked and normalised when an ``Options`` is made (strings become
     ``AutoresetMode``, an infinite deadline becomes None, core lists become tuples), so a bad
     value fails here with a ``ConfigError``. ``replace(**changes)`` returns a changed copy.
+    ``given`` names the fields that were set (by the constructor or ``replace``), whatever
+    their value: a constructor built on VecSampler fills its own defaults only for the others.
 
     Example:
         >>> from vecsample import Options
@@ -57,6 +60,9 @@ class Options:
         >>> options.autoreset_mode, options.replace(deadline=float("inf")).deadline
         (<AutoresetMode.NEXT_STEP: 'NextStep'>, None)
     """
+
+    #: The fields set by the constructor or by ``replace``, even to their default value.
+    given: ClassVar[frozenset[str]] = frozenset()
 
     num_workers: int = 1
     """Worker processes, each stepping a contiguous block of the envs; must divide the number of
@@ -139,11 +145,13 @@ class Options:
 
     def replace(self, **changes: Any) -> Options:
         """A copy with ``changes`` (field names); an unknown name is a ConfigError naming the
-        closest field."""
+        closest field. The copy's ``given`` is this one's and the changed names."""
         for name in changes:
             if name not in NAMES:
                 raise unknown_option(name)
-        return dataclasses.replace(self, **changes)
+        copy = dataclasses.replace(self, **changes)
+        object.__setattr__(copy, "given", self.given | frozenset(changes))
+        return copy
 
     def identity(self) -> dict[str, Any]:
         """The options that decide what a run samples (all but the ``TUNING`` ones), as plain
@@ -153,6 +161,20 @@ class Options:
 
 
 NAMES = tuple(f.name for f in dataclasses.fields(Options))
+_fields_init = Options.__init__
+
+
+def _init_noting_given(self: Options, *args: Any, **kwargs: Any) -> None:
+    """``Options.__init__``, then ``given``: the fields named by position or keyword."""
+    _fields_init(self, *args, **kwargs)
+    object.__setattr__(self, "given", frozenset(NAMES[:len(args)]) | frozenset(kwargs))
+
+
+# The dataclass writes __init__ from the fields (written once, above); this wraps it to note
+# which of them a caller set, which no field default can tell apart from an unset one.
+_init_noting_given.__doc__ = _fields_init.__doc__
+_init_noting_given.__signature__ = inspect.signature(_fields_init)  # type: ignore[attr-defined]
+Options.__init__ = _init_noting_given  # type: ignore[method-assign]
 
 
 def unknown_option(name: str) -> ConfigError:
@@ -180,17 +202,17 @@ def adapted(options: Options | None, overrides: Mapping[str, Any], *, where: str
             fixed: Mapping[str, tuple[Any, str]] | None = None) -> Options:
     """The Options of a constructor built on VecSampler (``where`` names it): ``overrides``
     replace fields of ``options``; the constructor's own ``defaults`` fill the fields that
-    neither sets (that ``options`` leaves at Options' default); a ``fixed`` field (its value,
-    and why) may be set to nothing else."""
+    neither sets (not in ``options.given``, whatever their value); a ``fixed`` field (its
+    value, and why) may be set to nothing else."""
     base = check_options(options)
     chosen = base.replace(**overrides)
     for name, (value, why) in (fixed or {}).items():
         got = getattr(chosen, name)
-        if got != value and (name in overrides or got != getattr(DEFAULTS, name)):
+        if got != value and name in chosen.given:
             raise ConfigError(name=name, expected=f"{_plain(value)!r} on {where} ({why})",
                               got=_plain(got), fix=f"{where} sets {name} itself: leave it out")
     filled = {name: value for name, value in (defaults or {}).items()
-              if name not in overrides and getattr(base, name) == getattr(DEFAULTS, name)}
+              if name not in chosen.given}
     filled.update({name: value for name, (value, _) in (fixed or {}).items()})
     return chosen.replace(**filled)
 

@@ -118,7 +118,7 @@ class VecEnv(_SB3VecEnv):
         start_method: str | None = None,
         *,
         num_workers: int | None = None,
-        check_actions: bool = False,  # as SubprocVecEnv: see the docstring and docs/sb3.md
+        check_actions: bool | None = None,  # None: off, as SubprocVecEnv (docs/sb3.md)
         options: Options | None = None,
         **overrides: Any,
     ) -> None:
@@ -317,14 +317,14 @@ def _factories(env_fns: Sequence[Callable[[], Any]]) -> list[_Factory]:
     return [_Factory(fn, i) for i, fn in enumerate(env_factories(env_fns, None, None))]
 
 
-def _given(start_method: str | None, num_workers: int | None, check_actions: bool,
+def _given(start_method: str | None, num_workers: int | None, check_actions: bool | None,
            overrides: dict[str, Any]) -> dict[str, Any]:
     """The Options fields this call names: ``overrides``, ``start_method`` as ``context``, and
-    ``num_workers`` and ``check_actions`` where they differ from this class's defaults."""
+    ``num_workers`` and ``check_actions`` where given (not None)."""
     given = dict(overrides)
     if num_workers is not None:
         given["num_workers"] = num_workers
-    if check_actions is not False:
+    if check_actions is not None:
         given["check_actions"] = check_actions
     if start_method is None:  # vecsample's default ("auto"), not SB3's forkserver: startup.py
         return given

@@ -25,7 +25,7 @@ from vecsample._wire.spaces import copy_tree
 from vecsample.adapters import vector_infos
 from vecsample.config import env_factories
 from vecsample.hosted import HostedVector
-from vecsample.options import DEFAULTS, Options, adapted, check_int, check_mode
+from vecsample.options import DEFAULTS, Options, adapted, check_int
 from vecsample.results import StepResult
 from vecsample.sampler import EnvMaker, VecSampler, usable_cores
 from vecsample.types import AutoresetMode, EnvFn, Space
@@ -63,8 +63,8 @@ class VectorEnv(gym.vector.VectorEnv):
         daemon: Accepted; workers are always daemonic (``False`` warns, docs/gymnasium.md).
         worker: Must be ``None``: a custom worker function cannot run in vecsample's workers.
         observation_mode: ``"same"`` only (``UnsupportedOptionError`` otherwise).
-        autoreset_mode: ``AutoresetMode`` (ours or gymnasium's) or its string value;
-            ``NEXT_STEP`` by default, as in gymnasium.
+        autoreset_mode: ``AutoresetMode`` (ours or gymnasium's) or its string value; when
+            neither this nor ``options`` sets it, ``NEXT_STEP``, as in gymnasium.
         max_concurrency: At most this many envs run at once: caps the number of workers.
         num_envs: With a ``HostedVector``, how many envs (or give it to the HostedVector).
         observation_space: Skip building env 0 in the parent to read the spaces (then
@@ -116,7 +116,7 @@ class VectorEnv(gym.vector.VectorEnv):
         daemon: bool = True,
         worker: Any = None,
         observation_mode: Any = "same",
-        autoreset_mode: str | Any = AutoresetMode.NEXT_STEP,
+        autoreset_mode: str | Any | None = None,
         max_concurrency: int | None = None,
         num_envs: int | None = None,
         observation_space: Space | None = None,
@@ -334,12 +334,11 @@ class VectorEnv(gym.vector.VectorEnv):
 def _vector_options(options: Options | None, overrides: dict[str, Any], context: str | None,
                     autoreset_mode: Any) -> Options:
     """The sampler's Options but ``num_workers``: gymnasium's defaults (NEXT_STEP) and
-    vecsample's for any env count (uneven_split) where neither argument nor ``options`` says
-    otherwise; infos always on (gymnasium's vector infos need them)."""
-    given = dict(overrides) if context is None else {**overrides, "context": context}
-    defaults: dict[str, Any] = {"uneven_split": True}
-    mode = check_mode(autoreset_mode)
-    (defaults if mode is AutoresetMode.NEXT_STEP else given)["autoreset_mode"] = mode
+    vecsample's for any env count (uneven_split) where neither an argument nor ``options``
+    sets them; infos always on (gymnasium's vector infos need them)."""
+    named = {"context": context, "autoreset_mode": autoreset_mode}
+    given = {**overrides, **{name: value for name, value in named.items() if value is not None}}
+    defaults = {"uneven_split": True, "autoreset_mode": AutoresetMode.NEXT_STEP}
     return adapted(options, given, where="vecsample.VectorEnv", defaults=defaults,
                    fixed={"infos": (True, "gymnasium's vector infos are built from them")})
 
@@ -592,7 +591,7 @@ def make_vec(
     num_envs: int,
     num_workers: int | None = None,
     *,
-    autoreset_mode: str | Any = AutoresetMode.NEXT_STEP,
+    autoreset_mode: str | Any | None = None,
     copy: bool = True,
     env_kwargs: dict[str, Any] | None = None,
     vectorization: str | None = None,
@@ -607,7 +606,8 @@ def make_vec(
         env_id: A registered gymnasium id (``vecsample.envs`` ids register on first use).
         num_envs: How many copies, an int >= 1.
         num_workers: As for :class:`VectorEnv` (``None``: one per usable core).
-        autoreset_mode: As for :class:`VectorEnv` (``NEXT_STEP`` by default).
+        autoreset_mode: As for :class:`VectorEnv` (``NEXT_STEP`` unless set here or in
+            ``options``).
         copy: As for :class:`VectorEnv` (``False``: views of shared memory).
         env_kwargs: Keyword arguments for every ``gymnasium.make`` call (not ``**kwargs``).
         vectorization: ``"vector_entry_point"`` or ``"sync"``: one vector env per worker.
