@@ -18,6 +18,7 @@ from helpers import kill_and_wait
 
 import vecsample
 from vecsample import HostedVector, VecSampler, errors
+from vecsample.adapters import gymnasium as gymnasium_adapter
 from vecsample.seeding import env_seeds
 from vecsample.testing import CountingEnv, RaisingEnv
 
@@ -243,7 +244,7 @@ def test_a_partial_reset_is_refused_by_an_env_that_cannot_reset_part_of_its_batc
 def test_hosted_spaces_and_arguments_are_checked():
     with pytest.raises(errors.ConfigError, match="num_envs"):
         VecSampler(HostedVector("CartPole-v1"))
-    with pytest.raises(errors.HostedEnvError, match="vectorization='async'"):
+    with pytest.raises(errors.HostedEnvError, match="vectorization_mode='async'"):
         HostedVector("CartPole-v1", "async")
     with pytest.raises(errors.EnvFactoryError, match="make\\(1\\) raised"):
         VecSampler(HostedVector("NoSuchEnv-v0"), num_envs=2)
@@ -255,7 +256,7 @@ def test_make_vec_hosts_the_entry_point_under_forkserver_with_a_lambda(make_vect
     obs, _ = env.reset(seed=0)
     assert obs.shape == (8, 4) and env.metadata["autoreset_mode"].value == "NextStep"
     assert env.step(np.ones(8, dtype=np.int64))[1].tolist() == [1.0] * 8
-    made = vecsample.make_vec("CartPole-v1", 8, 2, vectorization="vector_entry_point")
+    made = vecsample.make_vec("CartPole-v1", 8, 2, vectorization_mode="vector_entry_point")
     try:
         assert made.reset(seed=0)[0].shape == (8, 4)
     finally:
@@ -559,3 +560,27 @@ def test_a_killed_hosted_worker_restarts_rebuilt_reset_and_flagged(make_sampler,
     r = sampler.step(ones)  # and it goes on: flags cleared, every env stepping
     assert not r.restarted.any() and r.obs[:, 1].tolist() == [3.0] * B + [1.0] * B
 
+
+
+def test_the_renamed_keywords_keep_their_old_names_for_a_release(monkeypatch):
+    """``kwargs=``/``vectorization=`` became ``env_kwargs=``/``vectorization_mode=`` (the names
+    gymnasium and VecSampler use): the old names warn and keep their meaning."""
+    new = HostedVector("CartPole-v1", vectorization_mode="sync",
+                       env_kwargs={"max_episode_steps": 9})
+    with pytest.warns(DeprecationWarning, match="use env_kwargs"):
+        old = HostedVector("CartPole-v1", kwargs={"max_episode_steps": 9}, vectorization="sync")
+    assert old == new
+    with pytest.warns(DeprecationWarning, match="use vectorization_mode"):
+        assert old.vectorization == "sync"
+    with pytest.warns(DeprecationWarning, match="use env_kwargs"):
+        assert old.kwargs == {"max_episode_steps": 9}
+    with pytest.raises(errors.ConfigError, match="pass env_kwargs= only"):
+        HostedVector("CartPole-v1", env_kwargs={}, kwargs={})
+    built: list[Any] = []  # what make_vec hands VectorEnv, which is not started here
+    monkeypatch.setattr(gymnasium_adapter, "VectorEnv", lambda fns, *a, **k: built.append(fns))
+    with pytest.warns(DeprecationWarning, match="use vectorization_mode="):
+        vecsample.make_vec("CartPole-v1", 4, 1, vectorization="sync")
+    vecsample.make_vec("CartPole-v1", 4, 1, vectorization_mode="sync")
+    assert built[0] == built[1] == HostedVector("CartPole-v1", "sync", num_envs=4)
+    with pytest.raises(errors.ConfigError, match="pass vectorization_mode= only"):
+        vecsample.make_vec("CartPole-v1", 4, vectorization="sync", vectorization_mode="sync")

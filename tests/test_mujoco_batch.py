@@ -295,7 +295,7 @@ def test_hosted_in_workers_it_samples_what_vecsample_samples_from_gymnasiums_env
     limit = {"max_episode_steps": 9}
     bare = make_sampler("HalfCheetah-v5", num_envs=HN, num_workers=HW, env_kwargs=limit,
                         autoreset_mode=mode)
-    hosted = make_sampler(HostedVector("HalfCheetahBatch-v5", kwargs={**limit,
+    hosted = make_sampler(HostedVector("HalfCheetahBatch-v5", env_kwargs={**limit,
                                        "autoreset_mode": mode}),
                           num_envs=HN, num_workers=HW, autoreset_mode=mode)
     expected = sampler_trajectory(bare, 25)
@@ -308,7 +308,7 @@ def test_hosted_under_disabled_ended_envs_stay_frozen_as_vecsamples_single_envs_
     """Hopper's episodes end at different steps under random actions; the ended rows stay
     frozen (not refused) until a reset by mask, as the env block leaves single envs."""
     bare = make_sampler("Hopper-v5", num_envs=HN, num_workers=HW, autoreset_mode="Disabled")
-    hosted = make_sampler(HostedVector("HopperBatch-v5", kwargs={"autoreset_mode": "Disabled"}),
+    hosted = make_sampler(HostedVector("HopperBatch-v5", env_kwargs={"autoreset_mode": "Disabled"}),
                           num_envs=HN, num_workers=HW, autoreset_mode="Disabled")
 
     def run(sampler: VecSampler) -> list[Any]:
@@ -339,7 +339,7 @@ def test_hosted_task_envs_take_one_task_per_env_through_the_sampler(make_sampler
     tasks = sampled_tasks("HalfCheetahVel-v5", HN, seed=1)
     kwargs = {"max_episode_steps": 9, "normalization_scale": 10.0}
     bare = make_sampler("HalfCheetahVel-v5", num_envs=HN, num_workers=HW, env_kwargs=kwargs)
-    hosted = make_sampler(HostedVector("HalfCheetahVelBatch-v5", kwargs=kwargs), num_envs=HN,
+    hosted = make_sampler(HostedVector("HalfCheetahVelBatch-v5", env_kwargs=kwargs), num_envs=HN,
                           num_workers=HW)
     for sampler in (bare, hosted):
         sampler.reset_task(tasks)
@@ -355,7 +355,7 @@ def test_hosted_task_envs_take_one_task_per_env_through_the_sampler(make_sampler
 
 def test_partial_batches_of_hosted_batch_envs_lose_and_repeat_nothing(make_sampler):
     def run(partial: bool) -> list[list[np.ndarray]]:
-        sampler = make_sampler(HostedVector("HopperBatch-v5", kwargs={"max_episode_steps": 7}),
+        sampler = make_sampler(HostedVector("HopperBatch-v5", env_kwargs={"max_episode_steps": 7}),
                                num_envs=HN, num_workers=HW, seed=5)
         sampler.reset()
         seen: list[list[np.ndarray]] = [[] for _ in range(HW)]

@@ -190,7 +190,7 @@ def env_factories(
                           fix="with a HostedVector pass num_envs=<int>")
         if env_kwargs:
             raise ConfigError("env_kwargs is only used with an env id; pass a HostedVector's "
-                              "keyword arguments as HostedVector(..., kwargs={...}).")
+                              "keyword arguments as HostedVector(..., env_kwargs={...}).")
         return list(env_fns.slots(count, mode))
     if isinstance(env_fns, str):
         count = check_int(num_envs, "num_envs", fix=f"with an env id ({env_fns!r}) pass "

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,7 @@ from vecsample._wire.protocol import Command
 from vecsample._wire.spaces import leaves
 from vecsample.errors import (
     AutoresetMismatchError,
+    ConfigError,
     EnvFactoryError,
     HostedEnvError,
     HostedMethodError,
@@ -72,7 +74,7 @@ VectorEnvFn = Callable[[int], gym.vector.VectorEnv]
 VECTORIZATIONS = ("vector_entry_point", "sync")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class HostedVector:
     """One batch-native vector env per worker, in place of its block of single envs.
 
@@ -80,10 +82,12 @@ class HostedVector:
         make: a registered env id (built with ``gymnasium.make_vec``), or a callable
             ``make(num_envs) -> gymnasium.vector.VectorEnv``; it is called once per worker with
             that worker's block size (and once with 1 in the parent, to read the spaces).
-        vectorization: with an env id, ``gymnasium.make_vec``'s ``vectorization_mode``:
+        vectorization_mode: with an env id, ``gymnasium.make_vec``'s ``vectorization_mode``:
             ``"vector_entry_point"`` (the env's own batched implementation) or ``"sync"``.
-        kwargs: with an env id, keyword arguments for ``gymnasium.make_vec``.
+        env_kwargs: with an env id, keyword arguments for ``gymnasium.make_vec``.
         num_envs: the envs of all workers together, if the sampler is not given ``num_envs``.
+        kwargs, vectorization: the deprecated names of ``env_kwargs`` and
+            ``vectorization_mode`` (they warn; they go in the next release).
 
     Example:
         >>> import numpy as np
@@ -96,15 +100,39 @@ class HostedVector:
     """
 
     make: str | VectorEnvFn
-    vectorization: str = "vector_entry_point"
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    vectorization_mode: str = "vector_entry_point"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int | None = None
 
-    def __post_init__(self) -> None:
+    def __init__(self, make: str | VectorEnvFn, vectorization_mode: str | None = None,
+                 env_kwargs: dict[str, Any] | None = None, num_envs: int | None = None, *,
+                 kwargs: dict[str, Any] | None = None, vectorization: str | None = None) -> None:
+        env_kwargs = _renamed("kwargs", kwargs, "env_kwargs", env_kwargs)
+        mode = _renamed("vectorization", vectorization, "vectorization_mode", vectorization_mode)
+        # Frozen: the fields go in through object.__setattr__, once, here.
+        object.__setattr__(self, "make", make)
+        object.__setattr__(self, "vectorization_mode", mode or "vector_entry_point")
+        object.__setattr__(self, "env_kwargs", dict(env_kwargs or {}))
+        object.__setattr__(self, "num_envs", num_envs)
+        self._check()
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """Deprecated: ``env_kwargs``."""
+        _deprecated("kwargs", "env_kwargs")
+        return self.env_kwargs
+
+    @property
+    def vectorization(self) -> str:
+        """Deprecated: ``vectorization_mode``."""
+        _deprecated("vectorization", "vectorization_mode")
+        return self.vectorization_mode
+
+    def _check(self) -> None:
         if isinstance(self.make, str):
-            if self.vectorization not in VECTORIZATIONS:
+            if self.vectorization_mode not in VECTORIZATIONS:
                 raise HostedEnvError(
-                    feature=f"vectorization={self.vectorization!r}",
+                    feature=f"vectorization_mode={self.vectorization_mode!r}",
                     reason=f"a worker hosts one of {list(VECTORIZATIONS)}",
                     fix="use 'vector_entry_point' where the env has one, else 'sync'")
         elif not callable(self.make):
@@ -118,10 +146,10 @@ class HostedVector:
         if self.make not in gym.registry and importlib.util.find_spec("vecsample.envs"):
             importlib.import_module("vecsample.envs")  # registers the meta-RL task envs
         extra: dict[str, Any] = {}
-        if self.vectorization == "sync":
+        if self.vectorization_mode == "sync":
             extra["vector_kwargs"] = {"autoreset_mode": gym.vector.AutoresetMode(mode.value)}
-        return gym.make_vec(self.make, num_envs=num_envs, vectorization_mode=self.vectorization,
-                            **extra, **self.kwargs)
+        return gym.make_vec(self.make, num_envs=num_envs,
+                            vectorization_mode=self.vectorization_mode, **extra, **self.env_kwargs)
 
     def slots(self, count: int, mode: AutoresetMode) -> list[HostedSlot]:
         """``count`` env factories that stand for this hosted env (one object, once pickled)."""
@@ -291,6 +319,23 @@ def _method(env: gym.vector.VectorEnv, name: str) -> Callable[..., Any] | None:
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def _renamed(old: str, old_value: Any, new: str, new_value: Any) -> Any:
+    """A keyword given under its deprecated name ``old`` (warned), or under ``new``."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise ConfigError(f"{old}= and {new}= were both given; they name the same setting: pass "
+                          f"{new}= only ({old}= is its deprecated name).")
+    _deprecated(old, new, stacklevel=4)
+    return old_value
+
+
+def _deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    warnings.warn(f"HostedVector's {old} is deprecated: use {new} (it goes in the next "
+                  f"release).", DeprecationWarning, stacklevel=stacklevel)
+
 
 
 def _env_mode(env: gym.vector.VectorEnv) -> Any:

@@ -594,6 +594,7 @@ def make_vec(
     autoreset_mode: str | Any | None = None,
     copy: bool = True,
     env_kwargs: dict[str, Any] | None = None,
+    vectorization_mode: str | None = None,
     vectorization: str | None = None,
     **kwargs: Any,
 ) -> VectorEnv:
@@ -610,7 +611,9 @@ def make_vec(
             ``options``).
         copy: As for :class:`VectorEnv` (``False``: views of shared memory).
         env_kwargs: Keyword arguments for every ``gymnasium.make`` call (not ``**kwargs``).
-        vectorization: ``"vector_entry_point"`` or ``"sync"``: one vector env per worker.
+        vectorization_mode: ``"vector_entry_point"`` or ``"sync"``: one vector env per worker
+            (gymnasium's ``make_vec`` keyword); None: one env per row, in workers.
+        vectorization: the deprecated name of ``vectorization_mode`` (warns).
         **kwargs: Passed on to :class:`VectorEnv` (``shared_memory``, ``options``, ``deadline``).
 
     Raises:
@@ -625,16 +628,24 @@ def make_vec(
         array([1., 1.])
         >>> envs.close()
     """
-    fns = _make_vec_fns(env_id, num_envs, dict(env_kwargs or {}), vectorization)
+    if vectorization is not None:
+        if vectorization_mode is not None:
+            raise errors.ConfigError("vectorization= and vectorization_mode= were both given; "
+                                     "pass vectorization_mode= only (the other is its "
+                                     "deprecated name).")
+        warnings.warn("make_vec's vectorization= is deprecated: use vectorization_mode= (it "
+                      "goes in the next release).", DeprecationWarning, stacklevel=2)
+        vectorization_mode = vectorization
+    fns = _make_vec_fns(env_id, num_envs, dict(env_kwargs or {}), vectorization_mode)
     return VectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, copy=copy, **kwargs)
 
 
 def _make_vec_fns(env_id: str, num_envs: object, kwargs: dict[str, Any],
-                  vectorization: str | None) -> list[EnvFn] | HostedVector:
-    """make_vec's envs: ``num_envs`` makers of ``env_id`` or, with ``vectorization``, one
+                  vectorization_mode: str | None) -> list[EnvFn] | HostedVector:
+    """make_vec's envs: ``num_envs`` makers of ``env_id`` or, with ``vectorization_mode``, one
     vector env per worker (``HostedVector``, docs/benchmarks.md "Past the bare loop")."""
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise errors.ConfigError(f"num_envs must be an int >= 1, got {num_envs!r}.")
-    if vectorization is not None:
-        return HostedVector(env_id, vectorization, kwargs, num_envs=num_envs)
+    if vectorization_mode is not None:
+        return HostedVector(env_id, vectorization_mode, kwargs, num_envs=num_envs)
     return [EnvMaker(env_id, kwargs)] * num_envs

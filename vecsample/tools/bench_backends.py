@@ -424,7 +424,7 @@ def _hosted(cfg: Config) -> Backend:
     batch-native MuJoCo env steps its physics on one thread per worker)."""
     env_id, kwargs = _batched(cfg)
     # infos off, as in the run of docs/benchmarks.md (CartPole's vector infos are empty).
-    sampler = VecSampler(HostedVector(env_id, cfg.vectorization, kwargs=kwargs),
+    sampler = VecSampler(HostedVector(env_id, cfg.vectorization, env_kwargs=kwargs),
                          num_envs=cfg.num_envs, num_workers=cfg.workers, infos=False,
                          autoreset_mode="NextStep")
     return Sampler(cfg, None, sampler=sampler)
