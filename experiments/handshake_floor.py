@@ -33,7 +33,7 @@ from pathlib import Path
 
 import tyro
 
-from vecsample.config import AUTO_SPIN_US, usable_cores
+from vecsample.options import AUTO_SPIN_US, usable_cores
 from vecsample.tools.bench import _timed
 from vecsample.tools.bench_backends import Sampler
 

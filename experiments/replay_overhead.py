@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import tyro
 
 from vecsample import Options, VecSampler
+from vecsample._parent.layout import Layout
 from vecsample._parent.replay import Recorder
-from vecsample.config import SamplerConfig
+from vecsample.factories import Envs
 from vecsample.results import StepResult
 from vecsample.tools.compare import LoopResult, sampling_loop
 from vecsample.tools.policies import random_policy
@@ -69,9 +70,9 @@ def throughput(args: Args, path: str) -> tuple[list[float], list[float], LoopRes
 def hook_costs(args: Args, path: str) -> tuple[float, float]:
     """µs per step_send and per step_recv (its hooks: schedule, arrange, hand-over) that a
     Recorder adds."""
-    config = SamplerConfig.build(args.env_id, Options(num_workers=args.num_workers),
-                                 num_envs=args.num_envs)
-    recorder = Recorder(path, config, [])
+    layout = Layout.build(Envs.of(args.env_id, args.num_envs),
+                          Options(num_workers=args.num_workers))
+    recorder = Recorder(path, layout, [])
     results = [StepResult(w, range(0), None, None, None, None, None, None, None)
                for w in range(args.num_workers)]
 

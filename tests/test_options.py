@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from vecsample import AutoresetMode, Options, VecSampler, VectorEnv, errors
+from vecsample._parent.layout import Layout
 from vecsample._parent.replay import header
 from vecsample._wire.replay_log import MAGIC
-from vecsample.config import SamplerConfig
+from vecsample.factories import Envs
 from vecsample.options import NAMES
 from vecsample.testing import CountingEnv, fns
 
@@ -259,7 +260,7 @@ def test_multitasksampler_takes_options_and_refuses_what_it_sets():
 
 
 def _header(**options: Any) -> dict[str, Any]:
-    return header(SamplerConfig.build(fns(CountingEnv, 4), Options(**options)))
+    return header(Layout.build(Envs.of(fns(CountingEnv, 4)), Options(**options)))
 
 
 def test_the_replay_header_holds_every_option_that_decides_what_is_sampled():

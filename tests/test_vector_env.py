@@ -20,7 +20,7 @@ from gymnasium import spaces
 from helpers import assert_same, record_calls
 
 from vecsample import errors, make_vec
-from vecsample.config import usable_cores
+from vecsample.options import usable_cores
 from vecsample.testing import CountingEnv, RaisingEnv, SlowEnv, SpaceEnv, fns
 
 NESTED_OBS = spaces.Dict({

@@ -14,10 +14,11 @@ from types import ModuleType
 
 from vecsample import errors
 from vecsample.adapters.gymnasium import VectorEnv, make_vec
+from vecsample.factories import EnvMaker
 from vecsample.hosted import HostedVector
 from vecsample.options import Options
 from vecsample.results import StepResult
-from vecsample.sampler import EnvMaker, VecSampler
+from vecsample.sampler import VecSampler
 from vecsample.types import AutoresetMode
 
 __all__ = [

@@ -47,8 +47,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,9 +57,9 @@ import numpy as np
 
 from vecsample._wire.protocol import Command
 from vecsample._wire.spaces import leaves
+from vecsample.deprecation import deprecated, renamed
 from vecsample.errors import (
     AutoresetMismatchError,
-    ConfigError,
     EnvFactoryError,
     HostedEnvError,
     HostedMethodError,
@@ -107,8 +106,9 @@ class HostedVector:
     def __init__(self, make: str | VectorEnvFn, vectorization_mode: str | None = None,
                  env_kwargs: dict[str, Any] | None = None, num_envs: int | None = None, *,
                  kwargs: dict[str, Any] | None = None, vectorization: str | None = None) -> None:
-        env_kwargs = _renamed("kwargs", kwargs, "env_kwargs", env_kwargs)
-        mode = _renamed("vectorization", vectorization, "vectorization_mode", vectorization_mode)
+        env_kwargs = renamed("HostedVector", "kwargs", kwargs, "env_kwargs", env_kwargs)
+        mode = renamed("HostedVector", "vectorization", vectorization, "vectorization_mode",
+                       vectorization_mode)
         # Frozen: the fields go in through object.__setattr__, once, here.
         object.__setattr__(self, "make", make)
         object.__setattr__(self, "vectorization_mode", mode or "vector_entry_point")
@@ -119,13 +119,13 @@ class HostedVector:
     @property
     def kwargs(self) -> dict[str, Any]:
         """Deprecated: ``env_kwargs``."""
-        _deprecated("kwargs", "env_kwargs")
+        deprecated("HostedVector's kwargs", "env_kwargs")
         return self.env_kwargs
 
     @property
     def vectorization(self) -> str:
         """Deprecated: ``vectorization_mode``."""
-        _deprecated("vectorization", "vectorization_mode")
+        deprecated("HostedVector's vectorization", "vectorization_mode")
         return self.vectorization_mode
 
     def _check(self) -> None:
@@ -140,7 +140,22 @@ class HostedVector:
                                  "id nor a callable", fix="pass an env id or fn(num_envs)")
 
     def build(self, num_envs: int, mode: AutoresetMode) -> gym.vector.VectorEnv:
-        """A vector env of ``num_envs`` envs (``"sync"`` is built in the sampler's ``mode``)."""
+        """A vector env of ``num_envs`` envs autoresetting in ``mode`` (``"sync"`` is built in
+        it), checked: one of another size or mode is closed and refused."""
+        env = self._make(num_envs, mode)
+        got = getattr(env, "num_envs", None)
+        if got != num_envs:
+            env.close()
+            raise HostedEnvError(feature="num_envs", reason=f"asked for {num_envs} envs, the "
+                                 f"vector env has {got}", fix="build num_envs envs in make()")
+        env_mode = AutoresetMode(_env_mode(env).value)
+        if env_mode is not mode:
+            env.close()
+            raise AutoresetMismatchError(env=env_name(env), env_mode=env_mode.value,
+                                         sampler_mode=mode.value)
+        return env
+
+    def _make(self, num_envs: int, mode: AutoresetMode) -> gym.vector.VectorEnv:
         if not isinstance(self.make, str):
             return self.make(num_envs)
         if self.make not in gym.registry and importlib.util.find_spec("vecsample.envs"):
@@ -151,62 +166,31 @@ class HostedVector:
         return gym.make_vec(self.make, num_envs=num_envs,
                             vectorization_mode=self.vectorization_mode, **extra, **self.env_kwargs)
 
-    def slots(self, count: int, mode: AutoresetMode) -> list[HostedSlot]:
-        """``count`` env factories that stand for this hosted env (one object, once pickled)."""
-        return [HostedSlot(self, mode)] * count
-
-
-class HostedSlot:
-    """One row of a hosted block in ``env_fns``; the worker builds one vector env for all its
-    rows. Pickled through cloudpickle (``make`` may be a lambda), once per worker: the rows of
-    a block are the same object."""
-
-    def __init__(self, hosted: HostedVector, mode: AutoresetMode) -> None:
-        self.hosted = hosted
-        self.mode = mode
-        #: The commands the parent's probe found no method for, with the env type it names.
-        self.lacking: dict[Command, str] = {}
-        #: Whether the probed env freezes its ended rows under DISABLED (``freezes``).
-        self.freezes = False
-
-    def __call__(self) -> gym.Env[Any, Any]:
-        raise HostedEnvError(feature="building one env", reason="a hosted vector env is built "
-                             "once per worker, for the whole block", fix="use the sampler")
-
     def __getstate__(self) -> bytes:
-        return cloudpickle.dumps((self.hosted, self.mode))  # type: ignore[no-any-return]
+        # Pickled to the workers through cloudpickle: ``make`` may be a lambda or a closure.
+        return cloudpickle.dumps(dict(self.__dict__))  # type: ignore[no-any-return]
 
     def __setstate__(self, state: bytes) -> None:
-        self.hosted, self.mode = cloudpickle.loads(state)
-        self.lacking, self.freezes = {}, False
-
-    def build(self, num_envs: int) -> gym.vector.VectorEnv:
-        """The block's vector env, checked: its size and its autoreset mode."""
-        env = self.hosted.build(num_envs, self.mode)
-        got = getattr(env, "num_envs", None)
-        if got != num_envs:
-            env.close()
-            raise HostedEnvError(feature="num_envs", reason=f"asked for {num_envs} envs, the "
-                                 f"vector env has {got}", fix="build num_envs envs in make()")
-        mode = AutoresetMode(_env_mode(env).value)
-        if mode is not self.mode:
-            env.close()
-            raise AutoresetMismatchError(env=env_name(env), env_mode=mode.value,
-                                         sampler_mode=self.mode.value)
-        return env
+        for name, value in cloudpickle.loads(state).items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
 
 
-def is_hosted(env_fns: Sequence[Any]) -> bool:
-    """Whether ``env_fns`` are the slots of a hosted vector env."""
-    return bool(env_fns) and isinstance(env_fns[0], HostedSlot)
+@dataclass(frozen=True)
+class HostedProbe:
+    """What the parent's probe of a hosted vector env found it can do (``probe_spaces``)."""
+
+    #: The per-env commands it has no method for, with the env type that lacks it.
+    lacking: dict[Command, str] = field(default_factory=dict)
+    #: Whether it freezes its ended rows under DISABLED (``freezes``).
+    freezes: bool = False
 
 
-def probe_spaces(slot: Any, obs: Space | None, act: Space | None) -> tuple[Space, Space]:
-    """The single spaces of a hosted env, read from a vector env of 1 built here; what the
-    hosted env cannot honour is refused now, at construction."""
-    assert isinstance(slot, HostedSlot)
+def probe_spaces(hosted: HostedVector, mode: AutoresetMode, obs: Space | None,
+                 act: Space | None) -> tuple[Space, Space, HostedProbe]:
+    """The single spaces of a hosted env, read from a vector env of 1 built here in ``mode``,
+    and what it can do; what it cannot honour is refused now, at construction."""
     try:
-        env = slot.build(1)
+        env = hosted.build(1, mode)
     except HostedEnvError:
         raise
     except Exception as exc:
@@ -216,23 +200,23 @@ def probe_spaces(slot: Any, obs: Space | None, act: Space | None) -> tuple[Space
     try:
         obs = env.single_observation_space if obs is None else obs
         act = env.single_action_space if act is None else act
-        slot.lacking = {command: name for command, probe in METHODS.items()
-                        if (name := probe(env)[1]) is not None}
-        slot.freezes = freezes(env)
+        found = HostedProbe(lacking={command: name for command, probe in METHODS.items()
+                                     if (name := probe(env)[1]) is not None},
+                            freezes=freezes(env))
     finally:
         env.close()
     pickled = [leaf.name for space in (obs, act) for leaf in leaves(space) if not leaf.shared]
     if pickled:
         raise HostedEnvError(feature=f"the spaces {obs} / {act}", reason=f"leaves {pickled} have "
                              "no fixed shape", fix="host envs of fixed-shape spaces only")
-    return obs, act
+    return obs, act, found
 
 
-def check_command(env_fns: Sequence[Any], command: Command) -> None:
+def check_command(probe: HostedProbe | None, command: Command) -> None:
     """Refuses, before anything is sent, a per-env command whose method the parent's probe of
-    the hosted env (``probe_spaces``) did not find."""
-    if is_hosted(env_fns) and command in env_fns[0].lacking:
-        raise missing(command, env_fns[0].lacking[command])
+    the hosted env (``probe_spaces``; None: not hosted) did not find."""
+    if probe is not None and command in probe.lacking:
+        raise missing(command, probe.lacking[command])
 
 
 def freezes(env: gym.vector.VectorEnv) -> bool:
@@ -242,10 +226,11 @@ def freezes(env: gym.vector.VectorEnv) -> bool:
                for holder in (env, env.unwrapped))
 
 
-def refuses_frozen(env_fns: Sequence[Any], mode: AutoresetMode) -> bool:
+def refuses_frozen(probe: HostedProbe | None, mode: AutoresetMode) -> bool:
     """Whether the parent must refuse to step a block with an ended row
-    (``check_not_ended``): a hosted env under DISABLED that does not freeze its ended rows."""
-    return is_hosted(env_fns) and mode is AutoresetMode.DISABLED and not env_fns[0].freezes
+    (``check_not_ended``): a hosted env (``probe``) under DISABLED that does not freeze its
+    ended rows."""
+    return probe is not None and mode is AutoresetMode.DISABLED and not probe.freezes
 
 
 def check_not_ended(views: Any, lo: int) -> None:
@@ -319,23 +304,6 @@ def _method(env: gym.vector.VectorEnv, name: str) -> Callable[..., Any] | None:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def _renamed(old: str, old_value: Any, new: str, new_value: Any) -> Any:
-    """A keyword given under its deprecated name ``old`` (warned), or under ``new``."""
-    if old_value is None:
-        return new_value
-    if new_value is not None:
-        raise ConfigError(f"{old}= and {new}= were both given; they name the same setting: pass "
-                          f"{new}= only ({old}= is its deprecated name).")
-    _deprecated(old, new, stacklevel=4)
-    return old_value
-
-
-def _deprecated(old: str, new: str, stacklevel: int = 3) -> None:
-    warnings.warn(f"HostedVector's {old} is deprecated: use {new} (it goes in the next "
-                  f"release).", DeprecationWarning, stacklevel=stacklevel)
-
 
 
 def _env_mode(env: gym.vector.VectorEnv) -> Any:

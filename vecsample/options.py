@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import multiprocessing as mp
 import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -26,18 +27,25 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from vecsample._parent.startup import AUTO, check_context
 from vecsample.errors import ConfigError
 from vecsample.types import AutoresetMode
 
 PathArg = str | os.PathLike[str]
 
+#: The automatic choice of the options that say "auto" (context) or None (spin_us, ...).
+AUTO = "auto"
+#: How long the parent and the workers poll the step handshake's counters before sleeping on a
+#: pipe, when every worker can have a core of its own (µs): what ``spin_us=None`` means there.
+#: It skips scheduler wake-ups (an IPI on a VM, docs/benchmarks.md); with more workers than
+#: cores, spinning would steal their CPU, so None means 0 then.
+AUTO_SPIN_US = 200.0
 #: Default deadline (seconds) of each wait for workers, so that a hung worker never hangs a call.
 DEFAULT_DEADLINE = 300.0
 #: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline.
 STARTUP_DEADLINE = 120.0
 #: "auto": fork on Linux while the parent has no other thread (fast, nothing pickled, the main
-#: script is not re-imported), forkserver otherwise (safe with threads and CUDA). startup.py.
+#: script is not re-imported), forkserver otherwise (safe with threads and CUDA);
+#: vecsample/_parent/startup.py resolves it when a sampler starts.
 DEFAULT_CONTEXT = AUTO
 #: Field metadata of the options that change how a run is carried out (its timing, placement,
 #: checks, files) but not what it samples: a replay may change them (replay_log.header).
@@ -220,6 +228,24 @@ def adapted(options: Options | None, overrides: Mapping[str, Any], *, where: str
 # --- the checks, one per field -------------------------------------------------------------------
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; all of them off Linux): what the
+    automatic choices count (the spin, the adapters' worker counts)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def check_context(requested: object, name: str = "context") -> str:
+    """``requested`` if it is ``"auto"`` or a start method of this platform."""
+    methods = mp.get_all_start_methods()
+    if requested != AUTO and requested not in methods:
+        raise ConfigError(name=name, expected=f"'auto' or one of {methods}", got=requested,
+                          fix="'auto' forks while the parent has no other thread, else it "
+                          "uses forkserver")
+    return str(requested)
+
+
 def check_int(value: Any, name: str, minimum: int = 1, fix: str = "") -> int:
     """``value`` as an int ``>= minimum``; a bool, a float or a smaller int is a ConfigError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
@@ -340,5 +366,6 @@ CHECKS: dict[str, Callable[[Any, str], Any]] = {
 }
 DEFAULTS = Options()
 
-__all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "STARTUP_DEADLINE", "Options", "adapted",
-           "check_int", "check_mode", "check_options", "check_seconds"]
+__all__ = ["AUTO", "AUTO_SPIN_US", "DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "STARTUP_DEADLINE",
+           "Options", "adapted", "check_context", "check_int", "check_mode", "check_options",
+           "check_seconds", "usable_cores"]

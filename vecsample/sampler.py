@@ -7,18 +7,19 @@ after a recv returned stays pending and is returned by the next recv, so nothing
 returned twice. Results are zero-copy views into shared memory, valid until that worker is sent
 again (``copy=True`` returns copies). See docs/semantics.md.
 
-The jobs are split by module: ``options.py`` checks the options, ``config.py`` derives the
-layout from them and the envs, ``pool.py`` owns the processes and the command RPC,
-``protocol.py`` the worker state machine, ``restart.py`` the restart policy; this class is the
-API on top, the synchronous commands to every env (reset, reset_task, call, get_attr, set_attr)
-included.
+The jobs are split by module: ``options.py`` checks the options, ``factories.py`` makes the
+envs the user gave into factories (or a hosted vector env), ``_parent/layout.py`` derives the
+layout from both, ``pool.py`` owns the processes and the command RPC, ``stepping.py`` the step
+handshake and each worker's life between steps, ``protocol.py`` the worker state machine,
+``restart.py`` the failure policy; this class is the API on top, the synchronous commands to
+every env (reset, reset_task, call, get_attr, set_attr) included.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -26,6 +27,8 @@ import numpy as np
 
 from vecsample import errors, hosted
 from vecsample._parent import signals
+from vecsample._parent.deadline import Deadline
+from vecsample._parent.layout import Layout
 from vecsample._parent.pool import WorkerPool
 from vecsample._parent.replay import NO_LOG, NoLog, open_log
 from vecsample._parent.restart import FailurePolicy, RaiseFailures, Restarts
@@ -36,23 +39,15 @@ from vecsample._wire.handshake import HandshakeState
 from vecsample._wire.protocol import Command, WorkerState
 from vecsample._wire.shm import STAT_FIELDS, SharedBuffers
 from vecsample._wire.spaces import Actions, ActionWriter, leaves
-from vecsample.config import (
-    DEFAULT_CONTEXT,
-    DEFAULT_DEADLINE,
-    Deadline,
-    EnvMaker,
-    SamplerConfig,
-    check_seconds,
-    usable_cores,
-)
-from vecsample.hosted import HostedVector
-from vecsample.options import Options, check_options
+from vecsample.deprecation import deprecated
+from vecsample.factories import Envs
+from vecsample.hosted import HostedProbe, HostedVector
+from vecsample.options import Options, check_options, check_seconds
 from vecsample.results import Infos, StepResult
 from vecsample.seeding import EnvSeeds, SeedArg
 from vecsample.types import AutoresetMode, EnvFn, Space
 
-__all__ = ["DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "EnvMaker", "Options", "VecSampler",
-           "usable_cores"]
+__all__ = ["VecSampler"]
 
 T = TypeVar("T")
 
@@ -103,30 +98,38 @@ class VecSampler:
     ) -> None:
         self._closed = True  # until the workers are up; close() is then a no-op
         chosen = check_options(options).replace(**overrides)
-        self.config = SamplerConfig.build(env_fns, chosen, num_envs=num_envs,
-                                          env_kwargs=env_kwargs)
-        self._start(*_probe_spaces(self.config.env_fns[0], observation_space, action_space))
+        layout = Layout.build(Envs.of(env_fns, num_envs, env_kwargs), chosen)
+        obs, act, probe = _probe_spaces(layout, observation_space, action_space)
+        #: What this sampler runs: its envs, options and what derives from both (read-only).
+        self.layout = layout if probe is None else dataclasses.replace(layout, probe=probe)
+        self._start(obs, act)
+
+    @property
+    def config(self) -> Layout:
+        """Deprecated: ``layout``."""
+        deprecated("VecSampler.config", "VecSampler.layout")
+        return self.layout
 
     @property
     def options(self) -> Options:
         """Every option this sampler was built with (``print`` shows them all)."""
-        return self.config.options
+        return self.layout.options
 
     @property
     def num_envs(self) -> int:
-        return self.config.num_envs
+        return self.layout.num_envs
 
     @property
     def num_workers(self) -> int:
         """Worker processes: ``options.num_workers``, with ``pipeline`` too."""
-        return self.config.options.num_workers
+        return self.layout.options.num_workers
 
     @property
     def num_slots(self) -> int:
         """The workers of the step API, what ``step_send(w)`` indexes and ``StepResult.worker``
         names: ``2 * num_workers`` with ``pipeline`` (a process serves two halves), else
         ``num_workers``."""
-        return self.config.num_slots
+        return self.layout.num_slots
 
     @property
     def envs_per_worker(self) -> int:
@@ -137,43 +140,43 @@ class VecSampler:
     def envs_per_slot(self) -> int:
         """The rows of one ``step_send``: ``envs_per_worker``, halved with ``pipeline`` (the
         largest block, with ``uneven_split``)."""
-        return self.config.envs_per_slot
+        return self.layout.envs_per_slot
 
     @property
     def autoreset_mode(self) -> AutoresetMode:
-        return self.config.options.autoreset_mode
+        return self.layout.options.autoreset_mode
 
     @property
     def context(self) -> str:
         """The start method in use: ``options.context``, with "auto" resolved."""
-        return self.config.context
+        return self.layout.context
 
     def _start(self, obs_space: Space, act_space: Space) -> None:
         self.single_observation_space, self.single_action_space = obs_space, act_space
-        o = self.config.options
+        o = self.layout.options
         self._wait = Deadline(o.deadline)  # one wait of step()/step_recv(), every call
         self._actions = ActionWriter(act_space, o.check_actions)
         self._everyone = list(range(self.num_slots))
         self._buffers = SharedBuffers(obs_space, act_space, self.num_envs, self.num_slots)
         self._meter = Meter()  # stats(): our timers and the phases of code built on us
         ordered = handshake.ORDERED  # read once: tests force the unordered protocol through it
-        self._pool = WorkerPool(self.config, self._buffers, ordered)
+        self._pool = WorkerPool(self.layout, self._buffers, ordered)
         self._states = self._pool.states
-        self._channel = StepChannel(self.config, self._buffers, self._pool, ordered, self._meter)
+        self._channel = StepChannel(self.layout, self._buffers, self._pool, ordered, self._meter)
         self._seeds = EnvSeeds(o.seed, self.num_envs)
         #: What a worker that died, raised or hung becomes, chosen here once: nothing below
         #: asks ``restart`` again (restart.py).
         self._failures: FailurePolicy = (
-            Restarts(self.config, self._pool, self._channel, self._seeds) if o.restart
+            Restarts(self.layout, self._pool, self._channel, self._seeds) if o.restart
             else RaiseFailures())
         #: Every restart so far, oldest first: (worker, reason). See docs/reliability.md.
         self.restart_log = self._failures.log
         #: DISABLED with a hosted env that cannot freeze rows: an ended env is reset first.
-        self._no_frozen = hosted.refuses_frozen(self.config.env_fns, self.autoreset_mode)
+        self._no_frozen = hosted.refuses_frozen(self.layout.probe, self.autoreset_mode)
         self._closed = False
         try:
             restarts = self._failures if isinstance(self._failures, Restarts) else None
-            self._log = open_log(o.record, o.replay, self.config, self._failures.log, restarts)
+            self._log = open_log(o.record, o.replay, self.layout, self._failures.log, restarts)
             self._pool.start()
         except BaseException:
             self.close(timeout=1.0)  # a worker that failed to build will not exit politely
@@ -182,7 +185,7 @@ class VecSampler:
 
     def worker_env_ids(self, worker: int) -> range:
         """The global env ids stepped by ``worker`` (a contiguous block)."""
-        return range(*self.config.bounds(self._states.index(worker, self._closed)))
+        return range(*self.layout.bounds(self._states.index(worker, self._closed)))
 
     def handshake_state(self) -> HandshakeState:
         """A copy of the step handshake's counters per worker, and whether stores are ordered."""
@@ -210,7 +213,7 @@ class VecSampler:
         self._log.send(w)  # a replay checks the call before it does anything
         self._expect_idle(w, "step_send")
         if self._no_frozen:
-            hosted.check_not_ended(self._channel.views[w], self.config.bounds(w)[0])
+            hosted.check_not_ended(self._channel.views[w], self.layout.bounds(w)[0])
         self._actions.write(actions, self._channel.views[w].action_leaves,
                             len(self._channel.blocks[w]))
         self._channel.send(w, start)  # posts and returns: a SIGINT now is the next call's
@@ -269,7 +272,7 @@ class VecSampler:
             hosted.check_not_ended(self._channel.all_views, 0)
         self._actions.write(actions, self._channel.all_views.action_leaves, self.num_envs)
         self._channel.send_all(start)  # posts and returns: a SIGINT now is the next call's
-        if self.config.spin_s > 0:
+        if self.layout.spin_s > 0:
             self._yield_core()
 
     def step(self, actions: Actions, *, copy: bool = False) -> StepResult:
@@ -288,9 +291,8 @@ class VecSampler:
     def hand_over(self) -> None:
         """Deprecated: ``send_all`` now gives the core up itself. Yields this process's core
         once where the sampler spins, as before; it will be removed in the next release."""
-        warnings.warn("VecSampler.hand_over() is deprecated: send_all() now hands the core "
-                      "over itself; remove the call.", DeprecationWarning, stacklevel=2)
-        if self.config.spin_s > 0:
+        deprecated("VecSampler.hand_over()", "nothing: send_all() hands the core over itself")
+        if self.layout.spin_s > 0:
             self._yield_core()
 
     def batch(self, results: Sequence[StepResult] = (), *, copy: bool = False) -> StepResult:
@@ -314,7 +316,7 @@ class VecSampler:
         ``deadline``: seconds the whole call may take, restarts included (None: the sampler's
         ``deadline`` bounds each wait, ``startup_deadline`` a restarted worker's build).
         """
-        bound = Deadline.of_call(deadline, self.config.options.deadline)
+        bound = Deadline.of_call(deadline, self.layout.options.deadline)
         self._expect_commandable("reset", bound)
         flags = _check_mask(mask, self.num_envs)
         self._log.reset(seed, options, flags)
@@ -365,13 +367,13 @@ class VecSampler:
     def _each(self, command: Command, payload: Callable[[int, int], object],
               deadline: float | None) -> list[Any]:
         """``command`` to every env, each worker getting ``payload(lo, hi)`` of its block."""
-        bound = Deadline.of_call(deadline, self.config.options.deadline)  # checked first
+        bound = Deadline.of_call(deadline, self.layout.options.deadline)  # checked first
         self._expect_commandable(command.name.lower(), bound)
         self._log.command(command, payload(0, self.num_envs))  # a replay checks it first
-        hosted.check_command(self.config.env_fns, command)
+        hosted.check_command(self.layout.probe, command)
         workers = range(self.num_slots)
         replies = self._command(command, workers,
-                                lambda w: payload(*self.config.bounds(w)), bound)
+                                lambda w: payload(*self.layout.bounds(w)), bound)
         return [x for w in workers for x in replies[w]]
 
     def _command(self, command: Command, workers: Sequence[int],
@@ -451,14 +453,14 @@ class VecSampler:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _probe_spaces(
-    env_fn: EnvFn, obs: Space | None, act: Space | None
-) -> tuple[Space, Space]:
-    if hosted.is_hosted([env_fn]):  # a hosted block: checked here, at construction
-        return hosted.probe_spaces(env_fn, obs, act)
+def _probe_spaces(layout: Layout, obs: Space | None,
+                  act: Space | None) -> tuple[Space, Space, HostedProbe | None]:
+    """The spaces (those given, else env 0's) and, for a hosted env, what it can do."""
+    if layout.hosted is not None:  # a hosted block: checked here, at construction
+        return hosted.probe_spaces(layout.hosted, layout.options.autoreset_mode, obs, act)
     if obs is None or act is None:
         try:
-            env = env_fn()
+            env = layout.env_fns[0]()
         except Exception as exc:
             raise errors.EnvFactoryError(
                 f"env_fns[0]() raised {type(exc).__name__}: {exc}; fix the factory (it is "
@@ -470,7 +472,7 @@ def _probe_spaces(
         finally:
             env.close()
     leaves(obs)  # raises UnsupportedSpaceError naming the space
-    return obs, act
+    return obs, act, None
 
 
 def _check_mask(mask: object, num_envs: int) -> np.ndarray | None:

@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from vecsample import errors, hosted
+from vecsample import errors
+from vecsample._parent.deadline import Deadline
+from vecsample._parent.layout import Layout
 from vecsample._parent.signals import critical
 from vecsample._parent.startup import PickledFactory, check_main_guard
 from vecsample._wire.handshake import FUTEX, Bell
@@ -41,9 +43,7 @@ from vecsample._wire.protocol import (
     WorkerStates,
 )
 from vecsample._wire.shm import SharedBuffers
-from vecsample._wire.spec import WorkerSpec
-from vecsample._worker.main import worker_main
-from vecsample.config import Deadline, SamplerConfig
+from vecsample._wire.spec import WORKER_MAIN, WorkerSpec
 
 #: The longest single wait handed to poll(): longer ones are cut (poll takes int milliseconds).
 MAX_POLL_MS = 2**31 - 1
@@ -97,12 +97,12 @@ if hasattr(os, "register_at_fork"):
 class WorkerPool:
     """The workers of one sampler: their processes, pipes and states."""
 
-    def __init__(self, config: SamplerConfig, buffers: SharedBuffers, ordered: bool) -> None:
-        self.config = config
-        self.states = WorkerStates(config.num_slots)
+    def __init__(self, layout: Layout, buffers: SharedBuffers, ordered: bool) -> None:
+        self.layout = layout
+        self.states = WorkerStates(layout.num_slots)
         self._buffers = buffers
         self._ordered = ordered
-        self._ctx: Any = mp.get_context(config.context)  # typeshed: BaseContext lacks Process
+        self._ctx: Any = mp.get_context(layout.context)  # typeshed: BaseContext lacks Process
         # The workers' shared doorbell to a sleeping parent (handshake.py): (reader, writer).
         self.ring_reader, self.ring_writer = self._ctx.Pipe(duplex=False)
         self.procs: list[BaseProcess] = []
@@ -122,14 +122,14 @@ class WorkerPool:
 
     def start(self) -> None:
         """Starts every worker and waits until all have built their envs."""
-        check_main_guard(self.config.context)
-        for p in range(self.config.options.num_workers):
-            proc, conns = self._spawn(self.config.slots(p))  # EnvFactoryError: caller closes
+        check_main_guard(self.layout.context)
+        for p in range(self.layout.options.num_workers):
+            proc, conns = self._spawn(self.layout.slots(p))  # EnvFactoryError: caller closes
             self.procs += [proc] * len(conns)  # per worker: a process serves its slots
             self.conns += conns
         try:
-            self._await_built(range(self.config.num_slots),
-                              Deadline(self.config.options.startup_deadline))
+            self._await_built(range(self.layout.num_slots),
+                              Deadline(self.layout.options.startup_deadline))
         except errors.WorkerError as exc:
             raise errors.EnvFactoryError(
                 f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
@@ -149,11 +149,11 @@ class WorkerPool:
 
     def stop(self, w: int) -> None:
         """Kills what is left of worker ``w``'s process (before ``respawn``), closes its pipes."""
-        shutdown([self.procs[w]], [self.conns[s] for s in self.config.process_slots(w)], 0.0)
+        shutdown([self.procs[w]], [self.conns[s] for s in self.layout.process_slots(w)], 0.0)
 
     def respawn(self, w: int, deadline: Deadline) -> None:
         """After ``stop(w)``: a new process for ``w`` (and its other half), built in time."""
-        slots = self.config.process_slots(w)
+        slots = self.layout.process_slots(w)
         proc, conns = self._spawn(slots)
         for s, conn in zip(slots, conns, strict=True):
             self.procs[s], self.conns[s] = proc, conn
@@ -167,7 +167,7 @@ class WorkerPool:
         specs = [_worker_spec(self, w, inherited) for w in slots]
         # daemon=True: if the parent exits normally without close(), multiprocessing
         # terminates the workers instead of waiting on them forever at interpreter exit.
-        proc = self._ctx.Process(target=worker_main, daemon=True,
+        proc = self._ctx.Process(target=WORKER_MAIN, daemon=True,
                                  args=(specs, [child for _, child in pipes]),
                                  name=f"vecsample-worker-{slots.start // len(slots)}")
         try:
@@ -175,7 +175,7 @@ class WorkerPool:
         except Exception as exc:
             for parent, _ in pipes:
                 parent.close()
-            raise _pickle_error(exc, self.config.context) from exc
+            raise _pickle_error(exc, self.layout.context) from exc
         finally:
             for _, child in pipes:  # only the worker holds them now: its death reads as EOF
                 child.close()
@@ -187,7 +187,7 @@ class WorkerPool:
     def sentinels(self, workers: Iterable[int]) -> dict[int, list[int]]:
         """Each process's sentinel fd -> those of ``workers`` it serves (two if pipelined)."""
         procs = self.procs
-        if self.config.slots_per_process == 1:  # on every wait of a step: the short way
+        if self.layout.slots_per_process == 1:  # on every wait of a step: the short way
             return {procs[w].sentinel: [w] for w in workers}
         found: dict[int, list[int]] = {}
         for w in workers:
@@ -220,7 +220,7 @@ class WorkerPool:
         proc.join(0.1)
         return errors.WorkerDiedError(
             worker=w, pid=proc.pid, exitcode=proc.exitcode, command=command,
-            env_ids=range(*self.config.bounds(w)),
+            env_ids=range(*self.layout.bounds(w)),
         )
 
     def failed(self, w: int, report: object) -> errors.WorkerError:
@@ -283,15 +283,15 @@ class WorkerPool:
 
     def reset_targets(self, mask: np.ndarray | None) -> list[int]:
         """The workers a reset of the envs in ``mask`` (None: all) goes to."""
-        return [w for w in range(self.config.num_slots)
-                if mask is None or mask[slice(*self.config.bounds(w))].any()]
+        return [w for w in range(self.layout.num_slots)
+                if mask is None or mask[slice(*self.layout.bounds(w))].any()]
 
     def reset_payload(self, seeds: Sequence[int | None], options: dict[str, Any] | None,
                       mask: np.ndarray | None) -> Callable[[int], object]:
         """Each worker's part of a reset: its envs' seeds, the options, its rows of ``mask``."""
 
         def payload(w: int) -> object:
-            lo, hi = self.config.bounds(w)
+            lo, hi = self.layout.bounds(w)
             return seeds[lo:hi], options, None if mask is None else mask[lo:hi]
 
         return payload
@@ -299,9 +299,9 @@ class WorkerPool:
     def reset_infos(self, replies: dict[int, Any]) -> list[dict[str, Any]]:
         """Every env's reset info from a reset's replies (empty for envs not reset); the
         pickled leaves the replies carry are written to their rows."""
-        infos: list[dict[str, Any]] = [{} for _ in range(self.config.num_envs)]
+        infos: list[dict[str, Any]] = [{} for _ in range(self.layout.num_envs)]
         for w, (reply, lane) in replies.items():
-            lo = self.config.bounds(w)[0]
+            lo = self.layout.bounds(w)[0]
             for j, info in reply:
                 infos[lo + j] = info
             if lane:
@@ -380,21 +380,22 @@ class WorkerPool:
 def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> WorkerSpec:
     """What the process serving worker ``w`` needs for it (``inherited``: pipe ends to close
     under fork)."""
-    lo, hi = pool.config.bounds(w)
-    fns = pool.config.env_fns[lo:hi]
-    if pool.config.context != "fork" and not hosted.is_hosted(fns):  # see HostedSlot
+    lo, hi = pool.layout.bounds(w)
+    fns = pool.layout.env_fns[lo:hi]  # empty with a hosted env, which pickles itself
+    if pool.layout.context != "fork":
         fns = tuple(PickledFactory(fn) for fn in fns)
-    affinity = pool.config.cpu_affinity[w]
+    affinity = pool.layout.cpu_affinity[w]
     return WorkerSpec(
-        index=w, env_fns=fns, env_offset=lo, buffers=pool._buffers,
-        autoreset_mode=pool.config.options.autoreset_mode, infos=pool.config.options.infos,
-        threads=pool.config.options.threads_per_worker,
+        index=w, env_fns=fns, env_offset=lo, count=hi - lo, hosted=pool.layout.hosted,
+        buffers=pool._buffers,
+        autoreset_mode=pool.layout.options.autoreset_mode, infos=pool.layout.options.infos,
+        threads=pool.layout.options.threads_per_worker,
         cpu_affinity=None if affinity is None else list(affinity), parent_pid=os.getpid(),
         # PR_SET_PDEATHSIG fires when the creating *thread* exits: from another thread,
         # the worker relies on its watchdog (the parent's death is seen within 0.2 s).
         pdeathsig=threading.current_thread() is threading.main_thread(),
-        spin_s=pool.config.spin_s, ring_writer=pool.ring_writer, ordered=pool._ordered,
-        inherited_conns=inherited if pool.config.context == "fork" else [],
+        spin_s=pool.layout.spin_s, ring_writer=pool.ring_writer, ordered=pool._ordered,
+        inherited_conns=inherited if pool.layout.context == "fork" else [],
     )
 
 

@@ -30,6 +30,7 @@ import msgpack
 import numpy as np
 
 from vecsample import errors
+from vecsample._parent.layout import Layout
 from vecsample._wire.protocol import Command
 from vecsample._wire.replay_log import (
     ADDRESS,
@@ -42,7 +43,7 @@ from vecsample._wire.replay_log import (
     digest,
     seed_field,
 )
-from vecsample.config import EnvMaker, SamplerConfig
+from vecsample.factories import EnvMaker
 from vecsample.options import Options
 from vecsample.results import StepResult
 
@@ -62,11 +63,12 @@ Schedule = tuple[list[int], float | None, list[StepResult]]
 IDENTITY = ("num_envs", "env_digest", *Options().identity())
 
 
-def header(config: SamplerConfig) -> dict[str, Any]:
+def header(layout: Layout) -> dict[str, Any]:
     """What identifies a run: its envs, the options that decide what it samples, the format."""
-    names = [_describe(fn) for fn in config.env_fns]
-    return {"version": VERSION, "num_envs": config.num_envs, "env": names[0],
-            "env_digest": digest("\n".join(names)), **config.options.identity()}
+    names = ([_describe(layout.hosted)] * layout.num_envs if layout.hosted is not None
+             else [_describe(fn) for fn in layout.env_fns])
+    return {"version": VERSION, "num_envs": layout.num_envs, "env": names[0],
+            "env_digest": digest("\n".join(names)), **layout.options.identity()}
 
 
 def _describe(fn: object) -> str:
@@ -113,35 +115,35 @@ class NoLog:
 NO_LOG = NoLog()
 
 
-def open_log(record: PathArg | None, replay: PathArg | None, config: SamplerConfig,
+def open_log(record: PathArg | None, replay: PathArg | None, layout: Layout,
              restart_log: list[tuple[int, str]], restarts: Restarts | None) -> NoLog:
     """The sampler's log: a Recorder, a Replayer, or NO_LOG (``Options`` refuses both paths
     at once). A replay of a run with restarts makes them again through ``restarts`` (None
     without restarts: the header check has made sure that the log has none then)."""
     if record is not None:
-        return Recorder(record, config, restart_log)
+        return Recorder(record, layout, restart_log)
     if replay is not None:
-        return Replayer(replay, config, restart_log, restarts)
+        return Replayer(replay, layout, restart_log, restarts)
     return NO_LOG
 
 
 class Recorder(NoLog):
     """Appends a record per call; restarts are written after the call in which they happened."""
 
-    def __init__(self, path: PathArg, config: SamplerConfig,
+    def __init__(self, path: PathArg, layout: Layout,
                  restart_log: list[tuple[int, str]]) -> None:
-        self._writer = LogWriter(path, header(config))
+        self._writer = LogWriter(path, header(layout))
         self._restart_log = restart_log
         self._seen = len(restart_log)
         self._record = self._writer.record
         # The hot records, packed once: [SEND, w] for each worker, [SEND_ALL].
-        self._send = [_packed(Tag.SEND, w) for w in range(config.num_slots)]
+        self._send = [_packed(Tag.SEND, w) for w in range(layout.num_slots)]
         self._send_all = _packed(Tag.SEND_ALL)
         # [RECV, [w...]] as bytes: the array's head for each length, then one byte per worker,
         # while msgpack writes a list under 16 entries of ints under 128 that way.
         self._recv_head = ([bytes((0x92, Tag.RECV, 0x90 | n))
-                            for n in range(config.num_slots + 1)]
-                           if config.num_slots < 16 else [])
+                            for n in range(layout.num_slots + 1)]
+                           if layout.num_slots < 16 else [])
         self._write = self._writer.write
         self._flush_at = time.monotonic() + FLUSH_EVERY
 
@@ -206,11 +208,11 @@ def _packed(tag: Tag, *fields: int) -> bytes:
 class Replayer(NoLog):
     """Checks each call against the log and makes step_recv return the recorded workers."""
 
-    def __init__(self, path: PathArg, config: SamplerConfig, restart_log: list[tuple[int, str]],
+    def __init__(self, path: PathArg, layout: Layout, restart_log: list[tuple[int, str]],
                  restarts: Restarts | None) -> None:
         self._reader = LogReader(path)
         self.path = self._reader.path
-        self._config = config
+        self._layout = layout
         self._restart_log = restart_log
         self._restarts = restarts
         self._seen = len(restart_log)  # restarts of this run accounted for
@@ -220,8 +222,8 @@ class Replayer(NoLog):
         #: The index of the current call (0: the construction), and why replay stopped.
         self.call = 0
         self.stopped: errors.ReplayError | None = None
-        self._seeded = config.options.seed is not None  # once true, every env has a seeded stream
-        self._check_header(header(config))
+        self._seeded = layout.options.seed is not None  # once true, every env has a seeded stream
+        self._check_header(header(layout))
 
     def _check_header(self, ours: dict[str, Any]) -> None:
         theirs = self._reader.header
@@ -316,7 +318,7 @@ class Replayer(NoLog):
         ordered = [got[w] for w in self._record[1]]
         if self._record[0] == Tag.RECV_ERROR:
             self._recorded = errors.DeadlineExceededError(
-                hung_workers=list(self._record[3]), deadline=self._config.options.deadline,
+                hung_workers=list(self._record[3]), deadline=self._layout.options.deadline,
                 results=ordered)
             raise self._recorded
         return ordered

@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vecsample import errors
+from vecsample._parent.deadline import Deadline
+from vecsample._parent.layout import Layout
 from vecsample._wire.protocol import Command, WorkerState
-from vecsample.config import Deadline, SamplerConfig
 from vecsample.results import StepResult
 from vecsample.seeding import EnvSeeds
 
@@ -99,9 +100,9 @@ class RaiseFailures:
 class Restarts:
     """``restart=True``: a worker that died, raised or hung is respawned and returned flagged."""
 
-    def __init__(self, config: SamplerConfig, pool: WorkerPool, channel: StepChannel,
+    def __init__(self, layout: Layout, pool: WorkerPool, channel: StepChannel,
                  seeds: EnvSeeds) -> None:
-        self._config = config
+        self._layout = layout
         self._pool = pool
         self._channel = channel
         self._seeds = seeds
@@ -174,11 +175,11 @@ class Restarts:
         rebuild that fails too raises, carrying ``results``."""
         self._check_limit(w, reason, cause, results)
         self.log.append((w, reason))
-        bound = deadline or Deadline(self._config.options.deadline)
+        bound = deadline or Deadline(self._layout.options.deadline)
         try:
             return self._channel.respawned(
                 w, reason, copy, owed=owed, hold=hold,
-                startup=bound.per(self._config.options.startup_deadline),
+                startup=bound.per(self._layout.options.startup_deadline),
                 reinit=functools.partial(self._reinit, bound))
         except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
             exc.results = [*results, *exc.results]
@@ -186,11 +187,11 @@ class Restarts:
 
     def _check_limit(self, w: int, reason: str, cause: BaseException,
                      results: list[StepResult]) -> None:
-        if len(self.log) >= self._config.options.max_restarts:
+        if len(self.log) >= self._layout.options.max_restarts:
             self._pool.states.transition(w, WorkerState.FAILED)
             raise errors.RestartLimitError(
                 worker=w, reason=reason, history=self.log,
-                max_restarts=self._config.options.max_restarts, env=getattr(cause, "env", None),
+                max_restarts=self._layout.options.max_restarts, env=getattr(cause, "env", None),
                 remote_traceback=getattr(cause, "remote_traceback", ""), results=results,
             ) from cause
 
@@ -200,7 +201,7 @@ class Restarts:
         for (command, name), values in self.settings.items():
             setting = functools.partial(self._setting, command, name, values)
             self._pool.request(command, slots, setting, deadline).or_raise()
-        lo, hi = self._config.bounds(slots[0])[0], self._config.bounds(slots[-1])[1]
+        lo, hi = self._layout.bounds(slots[0])[0], self._layout.bounds(slots[-1])[1]
         restarts = sum(1 for worker, _ in self.log if worker in slots)  # of this process
         seeds = self._seeds.for_restart(lo, hi, restarts)
         payload = self._pool.reset_payload(seeds, None, None)
@@ -209,5 +210,5 @@ class Restarts:
 
     def _setting(self, command: Command, name: str, values: list[Any], slot: int) -> Any:
         """The payload of a remembered command for ``slot``: its envs' rows of ``values``."""
-        block = values[slice(*self._config.bounds(slot))]
+        block = values[slice(*self._layout.bounds(slot))]
         return block if command is Command.RESET_TASK else (name, block)

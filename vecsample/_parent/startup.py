@@ -29,24 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from vecsample.errors import ConfigError, MainGuardError
+from vecsample.errors import MainGuardError
+from vecsample.options import AUTO, check_context
 
 if TYPE_CHECKING:  # an annotation only
     from vecsample.types import EnvFn
 
-AUTO = "auto"
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 _warned: set[str] = set()  # warnings given once per process
-
-
-def check_context(requested: object, name: str = "context") -> str:
-    """``requested`` if it is ``"auto"`` or a start method of this platform."""
-    methods = mp.get_all_start_methods()
-    if requested != AUTO and requested not in methods:
-        raise ConfigError(name=name, expected=f"'auto' or one of {methods}", got=requested,
-                          fix="'auto' forks while the parent has no other thread, else it "
-                          "uses forkserver")
-    return str(requested)
 
 
 def resolve_context(requested: str) -> str:

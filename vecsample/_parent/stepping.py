@@ -22,6 +22,8 @@ import numpy as np
 
 from vecsample import errors
 from vecsample._parent import signals
+from vecsample._parent.deadline import Deadline
+from vecsample._parent.layout import Layout
 from vecsample._parent.stats import Meter
 from vecsample._wire import handshake
 from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
@@ -29,7 +31,6 @@ from vecsample._wire.infos import RESET, STEP, Schema, read_block
 from vecsample._wire.protocol import InfoRecord, Reply, WorkerState
 from vecsample._wire.shm import SharedBuffers, Views
 from vecsample._wire.spaces import copy_tree
-from vecsample.config import Deadline, SamplerConfig
 from vecsample.results import StepResult
 
 if TYPE_CHECKING:  # passed in by the sampler, which builds it: no import at run time
@@ -79,26 +80,26 @@ Reinit = Callable[[range], list[dict[str, Any]]]
 class StepChannel:
     """Posts, wakes and collects the steps of a pool's workers through shared memory."""
 
-    def __init__(self, config: SamplerConfig, buffers: SharedBuffers, pool: WorkerPool,
+    def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
                  ordered: bool, meter: Meter | None = None) -> None:
-        self._config = config
+        self._layout = layout
         #: The sampler's timers: ``return_s`` counts the time spent reading finished steps.
         self._timers = (meter or Meter()).timers
         self._pool = pool
         self._states = pool.states
         self._buffers = buffers
         self._action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
-        self._hs = ParentSide(buffers.control(), config.num_slots, pool.ring_reader,
-                              config.spin_s, ordered)
+        self._hs = ParentSide(buffers.control(), layout.num_slots, pool.ring_reader,
+                              layout.spin_s, ordered)
         #: The info columns given out so far (vecsample/_wire/infos.py).
         self._schema = Schema(buffers.infos)
         #: Views of every env's rows, and of each worker's block.
         self.all_views: Views = buffers.views()
-        self.views = [buffers.views(*config.bounds(w)) for w in range(config.num_slots)]
+        self.views = [buffers.views(*layout.bounds(w)) for w in range(layout.num_slots)]
         #: Each worker's env ids, computed once (the hot path reads them every step).
-        self.blocks = [range(*config.bounds(w)) for w in range(config.num_slots)]
+        self.blocks = [range(*layout.bounds(w)) for w in range(layout.num_slots)]
         #: One record per worker of the step API (``Slot``).
-        self.slots = [Slot() for _ in range(config.num_slots)]
+        self.slots = [Slot() for _ in range(layout.num_slots)]
         #: The workers whose record is not blank: what the hot path checks, at no cost per worker.
         self._marked: set[int] = set()
 
@@ -148,10 +149,10 @@ class StepChannel:
         """Posts every worker's step (one vectorised write, unless a worker's record says
         otherwise); the workers posted to."""
         if self._marked:
-            return [w for w in range(self._config.num_slots) if self._post(w)]
+            return [w for w in range(self._layout.num_slots) if self._post(w)]
         self._hs.post_all()
         self._states.transition_all(WorkerState.STEPPING)
-        return range(self._config.num_slots)
+        return range(self._layout.num_slots)
 
     def _tidy(self, w: int) -> None:
         """Keeps ``_marked`` equal to the workers whose record is not blank."""
@@ -187,7 +188,7 @@ class StepChannel:
     def _send_actions(self, workers: Sequence[int]) -> None:
         """The pickled action leaves of ``workers``, after their post (the worker reads them)."""
         for w in workers:
-            lo, hi = self._config.bounds(w)
+            lo, hi = self._layout.bounds(w)
             message = pickle.dumps(self._buffers.lane(lo, hi, ("act",)), pickle.HIGHEST_PROTOCOL)
             with contextlib.suppress(OSError):  # dead: the next collect reports it (see ring)
                 self._pool.conns[w].send_bytes(message)
@@ -304,7 +305,7 @@ class StepChannel:
                     return self._pool.failed(w, payload)
                 records, lane, candidates = payload
                 if lane:
-                    self._buffers.apply_lane(self._config.bounds(w)[0], lane)
+                    self._buffers.apply_lane(self._layout.bounds(w)[0], lane)
                 if candidates and self._schema.propose(candidates):
                     self._hs.publish(len(self._schema.columns))
             result = self.result_of(w, copy)
@@ -318,7 +319,7 @@ class StepChannel:
     def result_of(self, w: int | None, copy: bool) -> StepResult:
         """Worker ``w``'s rows (every env's for None) as a StepResult, views or copies."""
         v = self.all_views if w is None else self.views[w]
-        env_ids = range(self._config.num_envs) if w is None else self.blocks[w]
+        env_ids = range(self._layout.num_envs) if w is None else self.blocks[w]
         if copy:
             return StepResult(
                 w, env_ids, copy_tree(v.obs), v.rewards.copy(), v.terminated.copy(),
@@ -342,7 +343,7 @@ class StepChannel:
         result stands keeps it: its rows are written back after the respawn and its restart is
         returned by its next step. With ``hold``, ``w``'s restart is returned by its next step
         too (it was respawned between two steps). Other processes' rows are never touched."""
-        slots = self._config.process_slots(w)
+        slots = self._layout.process_slots(w)
         others = [s for s in slots if s != w]
         lost = [s for s in others if (self._states[s] is WorkerState.STEPPING or s in owed)
                 and not self._has_result(s, copy)]

@@ -1,14 +1,37 @@
-"""``WorkerSpec``: everything a worker process is given when it starts, pickled once by the
-parent (``_parent/pool.py``) and read by the worker (``_worker/main.py``)."""
+"""What a worker process is started with: the function it runs (``WORKER_MAIN``), and a
+``WorkerSpec`` per worker it serves, pickled once by the parent (``_parent/pool.py``) and read by
+the worker (``_worker/main.py``)."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 from vecsample._wire.shm import SharedBuffers
 from vecsample.types import AutoresetMode, EnvFn
+
+if TYPE_CHECKING:  # what the parent puts here; the worker's hosted block builds it
+    from vecsample.hosted import HostedVector
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """A function named by its module and its name, imported where it is called. The parent
+    starts its worker processes with one, so that its code names the worker's entry point
+    without importing the worker's code: each process imports only its own side."""
+
+    module: str
+    function: str
+
+    def __call__(self, *args: object) -> None:
+        getattr(importlib.import_module(self.module), self.function)(*args)
+
+
+#: What every worker process runs: ``worker_main(specs, conns)``.
+WORKER_MAIN = EntryPoint("vecsample._worker.main", "worker_main")
 
 
 @dataclass
@@ -16,8 +39,11 @@ class WorkerSpec:
     """Everything a worker needs, pickled once when the process starts."""
 
     index: int
+    #: One factory per env of its block; empty with a hosted vector env (``hosted``).
     env_fns: Sequence[EnvFn]
     env_offset: int
+    #: The envs of its block (rows ``env_offset`` to ``env_offset + count``).
+    count: int
     buffers: SharedBuffers
     autoreset_mode: AutoresetMode
     infos: bool
@@ -35,3 +61,5 @@ class WorkerSpec:
     ring_writer: Connection | None = None
     #: handshake.ORDERED as the parent saw it (tests force the unordered protocol through it).
     ordered: bool = True
+    #: The block's batch-native vector env, built once for all its rows (None: ``env_fns``).
+    hosted: HostedVector | None = None

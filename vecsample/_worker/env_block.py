@@ -59,7 +59,7 @@ class EnvBlock:
 
     def __init__(self, spec: WorkerSpec, views: Views, cursor: Cursor) -> None:
         self.spec, self.views, self.cursor = spec, views, cursor
-        self.count = len(spec.env_fns)
+        self.count = spec.count
         self.envs: list[gym.Env[Any, Any]] = []
         self.ended = np.zeros(self.count, dtype=bool)  # NEXT_STEP: reset next; DISABLED: frozen
         buffers = spec.buffers

@@ -28,7 +28,7 @@ from vecsample._wire.spaces import unflatten
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.rows import obs_writer
 from vecsample.errors import EnvOutputError, HostedEnvError
-from vecsample.hosted import HostedSlot, attr_setter, env_name, missing, task_setter
+from vecsample.hosted import HostedVector, attr_setter, env_name, missing, task_setter
 from vecsample.types import AutoresetMode, Space
 
 #: gymnasium's vector info keys for the SAME_STEP autoreset's final step.
@@ -40,11 +40,9 @@ class HostedBlock:
 
     env: gym.vector.VectorEnv  # set by build()
 
-    def __init__(self, spec: WorkerSpec, views: Views) -> None:
-        slot = spec.env_fns[0]
-        assert isinstance(slot, HostedSlot)
-        self.slot, self.spec, self.views = slot, spec, views
-        self.count, self.infos, self.mode = len(spec.env_fns), spec.infos, spec.autoreset_mode
+    def __init__(self, spec: WorkerSpec, hosted: HostedVector, views: Views) -> None:
+        self.hosted, self.spec, self.views = hosted, spec, views
+        self.count, self.infos, self.mode = spec.count, spec.infos, spec.autoreset_mode
         self.write_final = obs_writer(spec.buffers, views.final_obs_leaves)
         # Batched, in shared memory: the env reads this step's actions where the parent wrote them.
         self.actions = unflatten(spec.buffers.action_space, iter(views.action_leaves))
@@ -57,7 +55,7 @@ class HostedBlock:
 
     def build(self) -> None:
         buffers = self.spec.buffers
-        env = self.slot.build(self.count)
+        env = self.hosted.build(self.count, self.mode)
         _check_spaces(env, buffers.observation_space, buffers.action_space)
         self.env = env
         self.seed_list = _takes_seed_list(env)

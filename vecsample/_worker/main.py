@@ -34,7 +34,6 @@ from vecsample._worker.env_block import EnvBlock
 from vecsample._worker.hosted_block import HostedBlock
 from vecsample._worker.step_loop import Cursor, StepLoop
 from vecsample.errors import EnvFactoryError
-from vecsample.hosted import is_hosted
 from vecsample.types import AutoresetMode
 
 #: How often the watchdog thread checks that the parent is still alive (seconds).
@@ -199,14 +198,14 @@ class _Worker:
         self.spec = spec
         self.conn = conn
         lo = spec.env_offset
-        self.count = len(spec.env_fns)
+        self.count = spec.count
         self.views: Views = spec.buffers.views(lo, lo + self.count)
         self.stats = spec.buffers.stats()[spec.index]
         self.cursor = Cursor()  # the env that is running, named by an error
         # What the worker steps, chosen once: a hosted vector env or its own envs. The commands
         # other than STEP and CLOSE go to the block's methods.
-        self.block: StepLoop = (HostedBlock(spec, self.views) if is_hosted(spec.env_fns)
-                                else EnvBlock(spec, self.views, self.cursor))
+        self.block: StepLoop = (EnvBlock(spec, self.views, self.cursor) if spec.hosted is None
+                                else HostedBlock(spec, spec.hosted, self.views))
         block = self.block
         self.handlers: dict[Command, Callable[[Any], Any]] = {
             Command.RESET: block.reset, Command.RESET_TASK: block.reset_task,

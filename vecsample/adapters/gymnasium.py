@@ -23,11 +23,12 @@ from gymnasium.vector.utils import batch_space
 from vecsample import errors, hosted
 from vecsample._wire.spaces import copy_tree
 from vecsample.adapters import vector_infos
-from vecsample.config import env_factories
+from vecsample.deprecation import renamed
+from vecsample.factories import EnvMaker, Envs
 from vecsample.hosted import HostedVector
-from vecsample.options import DEFAULTS, Options, adapted, check_int
+from vecsample.options import Options, adapted, check_int, usable_cores
 from vecsample.results import StepResult
-from vecsample.sampler import EnvMaker, VecSampler, usable_cores
+from vecsample.sampler import VecSampler
 from vecsample.types import AutoresetMode, EnvFn, Space
 
 #: Spaces whose values have one fixed shape and dtype.
@@ -126,25 +127,32 @@ class VectorEnv(gym.vector.VectorEnv):
     ) -> None:
         _check_options(worker, observation_mode, daemon)
         chosen = _vector_options(options, overrides, context, autoreset_mode)
-        fns, chosen = _envs_and_workers(env_fns, num_envs, num_workers, max_concurrency, chosen)
-        obs_space, act_space, probed = _probe(fns, observation_space, action_space)
+        envs, chosen = _envs_and_workers(env_fns, num_envs, num_workers, max_concurrency, chosen)
+        obs_space, act_space, probed = _probe(envs, chosen, observation_space, action_space)
         if shared_memory:
             _check_shared_memory(obs_space)
-        s = self._sampler = VecSampler(fns, observation_space=obs_space,
+        fns = envs.hosted or list(envs.fns)  # as resolved: VecSampler checks nothing twice
+        s = self._sampler = VecSampler(fns, num_envs=envs.count, observation_space=obs_space,
                                        action_space=act_space, options=chosen)
         self.env_fns, self.num_envs, self.context = fns, s.num_envs, s.context
         self.shared_memory, self.copy, self.daemon = bool(shared_memory), bool(copy), True
         self.worker, self.observation_mode, self.max_concurrency = None, "same", max_concurrency
-        self.mode = s.autoreset_mode  # ours; autoreset_mode: gymnasium's enum
+        self._describe(obs_space, act_space, probed)
+        self._ended, self._pickled = np.zeros(s.num_envs, bool), _has_pickled_leaf(obs_space)
+        self._pending: Pending | None = None
+        self._received: list[StepResult] = []  # steps a timed-out step_wait already received
+
+    def _describe(self, obs_space: Space, act_space: Space,
+                  probed: tuple[dict[str, Any], str | None] | None) -> None:
+        """What gymnasium's vector API says of the envs: the autoreset mode, ``metadata`` and
+        ``render_mode`` (env 0's, read here or in its worker), the single and batched spaces."""
+        self.mode = self._sampler.autoreset_mode  # ours; autoreset_mode: gymnasium's enum
         self.autoreset_mode = gym.vector.AutoresetMode(self.mode.value)
         metadata, self.render_mode = probed if probed else self._first_env_metadata()
         self.metadata = {**metadata, "autoreset_mode": self.autoreset_mode}
         self.single_observation_space, self.single_action_space = obs_space, act_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self._ended, self._pickled = np.zeros(s.num_envs, bool), _has_pickled_leaf(obs_space)
-        self._pending: Pending | None = None
-        self._received: list[StepResult] = []  # steps a timed-out step_wait already received
 
     @property
     def sampler(self) -> VecSampler:
@@ -345,11 +353,11 @@ def _vector_options(options: Options | None, overrides: dict[str, Any], context:
 
 def _envs_and_workers(env_fns: Sequence[EnvFn] | HostedVector, num_envs: int | None,
                       num_workers: Any, max_concurrency: Any,
-                      chosen: Options) -> tuple[list[EnvFn], Options]:
-    """The env factories, and ``chosen`` with the worker count for that many envs."""
-    fns = env_factories(env_fns, num_envs, None, chosen.autoreset_mode)
-    workers = _worker_count(len(fns), num_workers, max_concurrency, chosen)
-    return fns, chosen.replace(num_workers=workers)
+                      chosen: Options) -> tuple[Envs, Options]:
+    """The envs, and ``chosen`` with the worker count for that many envs."""
+    envs = Envs.of(env_fns, num_envs)
+    workers = _worker_count(envs.count, num_workers, max_concurrency, chosen)
+    return envs, chosen.replace(num_workers=workers)
 
 
 def _check_options(worker: Any, observation_mode: Any, daemon: Any) -> None:
@@ -379,16 +387,17 @@ def _check_options(worker: Any, observation_mode: Any, daemon: Any) -> None:
 
 
 def _probe(
-    fns: list[EnvFn], obs: Space | None, act: Space | None
+    envs: Envs, options: Options, obs: Space | None, act: Space | None
 ) -> tuple[Space, Space, tuple[dict[str, Any], str | None] | None]:
     """The spaces (those given, else env 0's) and, if env 0 was built here, its metadata and
     render_mode."""
-    if hosted.is_hosted(fns):  # probed like VecSampler's; metadata read in a worker
-        return (*hosted.probe_spaces(fns[0], obs, act), None)
+    if envs.hosted is not None:  # probed like VecSampler's; metadata read in a worker
+        obs, act, _ = hosted.probe_spaces(envs.hosted, options.autoreset_mode, obs, act)
+        return obs, act, None
     if obs is not None and act is not None:
         return obs, act, None
     try:
-        env = fns[0]()
+        env = envs.fns[0]()
     except Exception as exc:
         raise errors.EnvFactoryError(
             f"env_fns[0]() raised {type(exc).__name__}: {exc}; fix the factory (it is called "
@@ -447,7 +456,7 @@ def _worker_count(num_envs: int, num_workers: Any, max_concurrency: Any,
             "shared_memory): pass shared_memory= and the other AsyncVectorEnv options by keyword")
     if num_workers is not None:  # checked as Options checks it, with its words
         num_workers = options.replace(num_workers=num_workers).num_workers
-    elif options.num_workers != DEFAULTS.num_workers:
+    elif "num_workers" in options.given:
         num_workers = options.num_workers
     limit = usable_cores()
     if max_concurrency is not None:
@@ -591,11 +600,8 @@ def make_vec(
     num_envs: int,
     num_workers: int | None = None,
     *,
-    autoreset_mode: str | Any | None = None,
-    copy: bool = True,
     env_kwargs: dict[str, Any] | None = None,
     vectorization_mode: str | None = None,
-    vectorization: str | None = None,
     **kwargs: Any,
 ) -> VectorEnv:
     """``gymnasium.make_vec`` for vecsample: ``num_envs`` copies of ``env_id`` in workers.
@@ -607,14 +613,11 @@ def make_vec(
         env_id: A registered gymnasium id (``vecsample.envs`` ids register on first use).
         num_envs: How many copies, an int >= 1.
         num_workers: As for :class:`VectorEnv` (``None``: one per usable core).
-        autoreset_mode: As for :class:`VectorEnv` (``NEXT_STEP`` unless set here or in
-            ``options``).
-        copy: As for :class:`VectorEnv` (``False``: views of shared memory).
         env_kwargs: Keyword arguments for every ``gymnasium.make`` call (not ``**kwargs``).
         vectorization_mode: ``"vector_entry_point"`` or ``"sync"``: one vector env per worker
-            (gymnasium's ``make_vec`` keyword); None: one env per row, in workers.
-        vectorization: the deprecated name of ``vectorization_mode`` (warns).
-        **kwargs: Passed on to :class:`VectorEnv` (``shared_memory``, ``options``, ``deadline``).
+            (gymnasium's keyword); None: one env per row. ``vectorization=``: its old name.
+        **kwargs: Passed on to :class:`VectorEnv` (``autoreset_mode``, ``copy``,
+            ``shared_memory``, ``options``, ``deadline``, ...).
 
     Raises:
         vecsample.errors.ConfigError: a bad ``num_envs``, ``num_workers`` or other setting.
@@ -628,16 +631,10 @@ def make_vec(
         array([1., 1.])
         >>> envs.close()
     """
-    if vectorization is not None:
-        if vectorization_mode is not None:
-            raise errors.ConfigError("vectorization= and vectorization_mode= were both given; "
-                                     "pass vectorization_mode= only (the other is its "
-                                     "deprecated name).")
-        warnings.warn("make_vec's vectorization= is deprecated: use vectorization_mode= (it "
-                      "goes in the next release).", DeprecationWarning, stacklevel=2)
-        vectorization_mode = vectorization
-    fns = _make_vec_fns(env_id, num_envs, dict(env_kwargs or {}), vectorization_mode)
-    return VectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, copy=copy, **kwargs)
+    mode = renamed("make_vec", "vectorization", kwargs.pop("vectorization", None),
+                   "vectorization_mode", vectorization_mode)  # the old name warns
+    return VectorEnv(_make_vec_fns(env_id, num_envs, dict(env_kwargs or {}), mode), num_workers,
+                     **kwargs)
 
 
 def _make_vec_fns(env_id: str, num_envs: object, kwargs: dict[str, Any],

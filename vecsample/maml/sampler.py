@@ -38,14 +38,20 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
 from vecsample import errors
-from vecsample.config import DEFAULT_CONTEXT, DEFAULT_DEADLINE, check_int
 from vecsample.envs.base import Task, TaskEnv
 from vecsample.envs.mujoco_batch import BATCH_IDS
 from vecsample.hosted import HostedVector
 from vecsample.maml.episodes import BatchEpisodes
 from vecsample.maml.errors import TaskEnvError
 from vecsample.maml.losses import reinforce_loss
-from vecsample.options import DEFAULTS, Options, adapted
+from vecsample.options import (
+    DEFAULT_CONTEXT,
+    DEFAULT_DEADLINE,
+    DEFAULTS,
+    Options,
+    adapted,
+    check_int,
+)
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.seeding import SeedStream

@@ -41,8 +41,8 @@ from ray.exceptions import RayActorError
 
 from vecsample import errors
 from vecsample._wire.spaces import Leaf, leaves
-from vecsample.config import DEFAULT_DEADLINE, check_int, check_seconds, env_factories
-from vecsample.options import Options, adapted
+from vecsample.factories import env_factories
+from vecsample.options import DEFAULT_DEADLINE, Options, adapted, check_int, check_seconds
 from vecsample.ray.errors import ActorsLostError
 from vecsample.sampler import VecSampler
 from vecsample.seeding import child_seeds

@@ -28,11 +28,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
 from vecsample.extras import require
+from vecsample.factories import EnvMaker
 from vecsample.hosted import VECTORIZATIONS
-from vecsample.sampler import usable_cores
+from vecsample.options import usable_cores
 from vecsample.tools import compare, efficiency
 from vecsample.tools.bench_backends import (
     BACKENDS,

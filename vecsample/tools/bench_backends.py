@@ -31,9 +31,9 @@ import gymnasium as gym
 import numpy as np
 
 from vecsample.adapters.gymnasium import VectorEnv
-from vecsample.config import EnvMaker
 from vecsample.envs.mujoco_batch import BATCH_IDS  # vecsample.envs registers the batch ids
 from vecsample.extras import require
+from vecsample.factories import EnvMaker
 from vecsample.hosted import HostedVector
 from vecsample.sampler import VecSampler
 from vecsample.testing import sleep_fns

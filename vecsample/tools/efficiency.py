@@ -52,7 +52,8 @@ def measure(fns: EnvFns, mode: AutoresetMode, infos: bool, seconds: float = 0.1,
         env.reset(seed=i)
     space = bare[0].action_space
     buffers = SharedBuffers(bare[0].observation_space, space, len(fns), 1)
-    spec = WorkerSpec(index=0, env_fns=fns, env_offset=0, buffers=buffers, autoreset_mode=mode,
+    spec = WorkerSpec(index=0, env_fns=fns, env_offset=0, count=len(fns), buffers=buffers,
+                      autoreset_mode=mode,
                       infos=infos, threads=None, cpu_affinity=None, parent_pid=os.getpid(),
                       pdeathsig=False)
     step = local_step(spec, list(range(len(fns))))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from vecsample.config import EnvMaker
 from vecsample.errors import ConfigError
+from vecsample.factories import EnvMaker
 from vecsample.testing import SlowEnv
 from vecsample.types import EnvFn
 
