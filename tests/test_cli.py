@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 CI_SETUP = ["rm -rf .ci/venv", "python3 -m venv .ci/venv", "source .ci/venv/bin/activate",
-            "unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER"]
+            "unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER",
+            # CI has gymnasium's vector tests and expects them (tests/test_gymnasium_suite.py)
+            'export VECSAMPLE_GYMNASIUM_TESTS="$PWD/../shared/conformance"']
 
 
 def test_ci_runs_exactly_the_readme_test_command():
@@ -23,7 +25,7 @@ def test_ci_runs_exactly_the_readme_test_command():
     commands = re.findall(r"```bash\n(.+?)\n```", readme)
     ci_lines = [ln for ln in (ROOT / ".ci/run").read_text().splitlines()
                 if ln and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
-    # a fresh venv of its own, then the README's command and nothing else
+    # a fresh venv of its own, gymnasium's tests named, then the README's command, nothing else
     assert ci_lines == [*CI_SETUP, commands[1]], "README's test command and .ci/run drifted apart"
     assert commands[0].endswith("vecsample compare")
 
