@@ -80,12 +80,31 @@ def _run_script(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_readme_quick_start_runs_verbatim_as_a_saved_file(tmp_path):
-    """Exactly what a newcomer does: paste the snippet into quickstart.py, run it."""
+    """Exactly what a newcomer does: paste the snippet into quickstart.py, run it; its one line
+    of output says what it did."""
     script = tmp_path / "quickstart.py"
     script.write_text(_readme_quick_start())
     proc = _run_script(script, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+    said = re.fullmatch(r"([\d,]+) env steps received, ([\d,]+) episodes ended\n", proc.stdout)
+    assert said is not None, proc.stdout
+    steps, episodes = (int(n.replace(",", "")) for n in said.groups())
+    assert steps % 32 == 0 and steps >= 64 and 0 < episodes < steps, proc.stdout
+
+
+def _readme_python_snippets() -> list[str]:
+    return re.findall(r"```python\n(.+?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+def test_every_other_readme_python_snippet_runs_verbatim_as_a_saved_file(tmp_path):
+    others = [s for s in _readme_python_snippets() if s != _readme_quick_start()]
+    assert len(others) == len(_readme_python_snippets()) - 1 >= 2
+    for i, snippet in enumerate(others):
+        script = tmp_path / f"snippet_{i}.py"
+        script.write_text(snippet)
+        proc = _run_script(script, tmp_path)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, f"{snippet}\n{proc.stderr}"
 
 
 def test_an_unguarded_script_under_forkserver_gets_one_short_error(tmp_path):
