@@ -66,13 +66,24 @@ def test_iterations_budget_and_model_columns(tmp_path):
 
 
 def test_presets_and_flags_override():
-    args = tc.parse_args(["--preset", "seed-small", "--scale", "0.1", "--repeats", "1"])
+    args = tc.parse_args(["--preset", "halfcheetah-8x20", "--scale", "0.1", "--repeats", "1"])
     grid = tc.grid_of(args)
     assert grid.envs_per_worker == [2] and grid.iterations == 100 and grid.repeats == 1
     assert grid.timeouts == [None, 0.1, 0.01, 0.001, 0.0001] and grid.workers == [8]
-    assert tc.grid_of(tc.parse_args(["--preset", "seed-large"])).envs_per_worker == [4000]
+    assert tc.grid_of(tc.parse_args(["--preset", "halfcheetah-8x4000"])).envs_per_worker == [4000]
     with pytest.raises(SystemExit):
         tc.parse_args(["--preset", "nope"])
+
+
+def test_earlier_preset_names_still_work_as_aliases():
+    """The dated results' commands (docs/timeout.md) use the earlier names."""
+    assert set(tc.PRESET_ALIASES.values()) <= set(tc.PRESETS)
+    assert not set(tc.PRESET_ALIASES) & set(tc.PRESETS)
+    for old, new in tc.PRESET_ALIASES.items():
+        assert tc.parse_args(["--preset", old, "--repeats", "2"]).preset == new
+        assert tc.grid_of(tc.parse_args([f"--preset={old}"])) == tc.PRESETS[new]
+    assert tc.unalias(["--envs", "p6", "--preset", "p6"]) == ["--envs", "p6", "--preset",
+                                                              "sleep-scaling"]
 
 
 def test_policies_respect_the_action_space():

@@ -1,6 +1,6 @@
 """``vecsample compare``: full against partial batches, side by side, in one run.
 
-The sampling loop of the design card: send to every worker, ``step_recv(timeout)``, run the
+The sampling loop: send to every worker, ``step_recv(timeout)``, run the
 policy once on whatever came back, send those workers again. ``timeout=None`` is the full batch;
 a small float is the partial batch. Reports steps/s, workers per recv, policy calls per 1000
 steps and where the time went (wait / policy / send / env), and checks that every step sent was
