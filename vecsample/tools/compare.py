@@ -156,7 +156,7 @@ class Grid:
     seconds: float = 2.0
     """duration of one measurement (when iterations is not set)"""
     iterations: int | None = None
-    """steps per env of one measurement (the seed's iterations); replaces seconds"""
+    """steps per env of one measurement; replaces seconds"""
     repeats: int = 3
     """repeats of each measurement; tables show medians, ratios are per repeat"""
     seed: int = 0
