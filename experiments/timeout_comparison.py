@@ -1,22 +1,25 @@
 """Full against partial batches, swept over timeout, workers, envs and policy (docs/timeout.md).
 
-The sampling loop of the design card (vecsample.tools.compare.sampling_loop): send to every worker,
+The sampling loop (vecsample.tools.compare.sampling_loop): send to every worker,
 ``step_recv(timeout)``, run the policy on what came back, send those workers again. For every
 configuration it reports steps/s, workers per recv, policy calls per 1000 steps and the time in
 wait / policy / other, writes ``results.json`` and PNG plots under ``--out-dir``, and (with
 ``--model``) the prediction of vecsample.tools.timeout_model next to each measurement.
 
-    python -m experiments.timeout_comparison --preset p7 --out-dir runs/p7   # from the checkout
+    python -m experiments.timeout_comparison --preset stragglers-vs-uniform   # from the checkout
 
 The flags are the fields of ``vecsample.tools.compare.Grid`` (what ``vecsample compare`` sweeps)
 plus this script's own. ``--preset NAME`` makes one of PRESETS the defaults: flags given on the
-command line still override it, and ``--preset NAME --help`` shows its values. Presets: the
-seed's two setups (``seed-small``: 8 workers x 20 HalfCheetah envs, ``seed-large``: 8 x 4000,
-1000 iterations each; ``--scale`` shrinks envs per worker and iterations for a small machine),
-``compare`` (the defaults of ``vecsample compare``), ``p6`` (sleeping envs, 1 vs 16 workers),
-``p7`` (stragglers vs uniform envs), ``crossover`` (a fixed per-call policy latency swept against
-a step-time spread) and ``n-sweep`` (envs per worker swept at a fixed per-call latency: the
-seed's sqrt(n) argument). A timeout of ``none`` (or ``None``) is the full batch.
+command line still override it, and ``--preset NAME --help`` shows its values. Presets:
+``halfcheetah-8x20`` and ``halfcheetah-8x4000`` (8 workers x 20 or 4000 HalfCheetah envs, 1000
+iterations each: the two setups of the blog post on pytorch-maml-rl's sampler that docs/timeout.md
+checks; ``--scale`` shrinks envs per worker and iterations for a small machine), ``compare`` (the
+defaults of ``vecsample compare``), ``sleep-scaling`` (sleeping envs, 1 vs 16 workers),
+``stragglers-vs-uniform`` (envs with a heavy-tailed step time against uniform ones),
+``crossover`` (a fixed per-call policy latency swept against a step-time spread) and ``n-sweep``
+(envs per worker swept at a fixed per-call latency: the post's sqrt(n) argument). The old names
+``seed-small``, ``seed-large``, ``p6`` and ``p7`` still work (PRESET_ALIASES), as in the commands
+of the dated results. A timeout of ``none`` (or ``None``) is the full batch.
 """
 
 from __future__ import annotations
@@ -41,7 +44,12 @@ from vecsample.tools import timeout_model as tm
 
 SEED_TIMEOUTS: list[float | None] = [None, 0.1, 0.01, 0.001, 0.0001]
 
-PresetName = Literal["compare", "seed-small", "seed-large", "p6", "p7", "n-sweep", "crossover"]
+PresetName = Literal["compare", "halfcheetah-8x20", "halfcheetah-8x4000", "sleep-scaling",
+                     "stragglers-vs-uniform", "n-sweep", "crossover"]
+#: Earlier names of presets, still accepted by ``--preset``: the commands of the dated results
+#: in docs/timeout.md use them.
+PRESET_ALIASES = {"seed-small": "halfcheetah-8x20", "seed-large": "halfcheetah-8x4000",
+                  "p6": "sleep-scaling", "p7": "stragglers-vs-uniform"}
 
 
 @dataclass
@@ -66,16 +74,18 @@ class Args(compare.Grid):
 #: The defaults of each ``--preset``.
 PRESETS: dict[str, compare.Grid] = {
     "compare": compare.Grid(),
-    "seed-small": compare.Grid(envs=["HalfCheetah-v5"], workers=[8], envs_per_worker=[20],
-                               iterations=1000, timeouts=SEED_TIMEOUTS),
-    "seed-large": compare.Grid(envs=["HalfCheetah-v5"], workers=[8], envs_per_worker=[4000],
-                               iterations=1000, timeouts=SEED_TIMEOUTS),
-    "p6": compare.Grid(envs=["sleep"], workers=[1, 16], envs_per_worker=[1], step_time=0.05,
-                       timeouts=[None, 0.001], policies=["random"], seconds=3.0, repeats=5,
-                       interleave_groups=True),
-    "p7": compare.Grid(envs=["straggler", "sleep", "CartPole-v1"], workers=[8],
-                       envs_per_worker=[1], step_time=0.002, timeouts=[None, 0.0001],
-                       seconds=2.0, repeats=5, policy_latencies=[0.0, 0.001]),
+    "halfcheetah-8x20": compare.Grid(envs=["HalfCheetah-v5"], workers=[8], envs_per_worker=[20],
+                                     iterations=1000, timeouts=SEED_TIMEOUTS),
+    "halfcheetah-8x4000": compare.Grid(envs=["HalfCheetah-v5"], workers=[8],
+                                       envs_per_worker=[4000], iterations=1000,
+                                       timeouts=SEED_TIMEOUTS),
+    "sleep-scaling": compare.Grid(envs=["sleep"], workers=[1, 16], envs_per_worker=[1],
+                                  step_time=0.05, timeouts=[None, 0.001], policies=["random"],
+                                  seconds=3.0, repeats=5, interleave_groups=True),
+    "stragglers-vs-uniform": compare.Grid(envs=["straggler", "sleep", "CartPole-v1"], workers=[8],
+                                          envs_per_worker=[1], step_time=0.002,
+                                          timeouts=[None, 0.0001], seconds=2.0, repeats=5,
+                                          policy_latencies=[0.0, 0.001]),
     "n-sweep": compare.Grid(envs=["uniform"], workers=[8], envs_per_worker=[1, 4, 16, 64],
                             step_time=0.001, policy_latencies=[0.004], policies=["random"],
                             timeouts=[None, 0.0001], seconds=3.0, repeats=3),
@@ -102,13 +112,25 @@ def _none_any_case(info: PrimitiveTypeInfo) -> PrimitiveConstructorSpec[None] | 
 HELP = ("-h", "--help")
 
 
+def unalias(argv: Sequence[str]) -> list[str]:
+    """``argv`` with an earlier preset name (PRESET_ALIASES) after ``--preset`` made current."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg.startswith("--preset="):
+            name = arg.partition("=")[2]
+            out[i] = f"--preset={PRESET_ALIASES.get(name, name)}"
+        elif i and out[i - 1] == "--preset":
+            out[i] = PRESET_ALIASES.get(arg, arg)
+    return out
+
+
 def parse_args(argv: Sequence[str] | None = None) -> Args:
     """Args from ``argv`` (default: the command line): the preset's defaults, then the flags.
 
     A first pass reads ``--preset`` (help aside); the second parses every flag over that
     preset, so flags given override it and ``--help`` shows its values as the defaults.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = unalias(sys.argv[1:] if argv is None else argv)
     with FLAGS:  # as a context: tyro.cli(registry=...) is ignored by older tyro (0.9.x)
         preset = tyro.cli(Args, description=__doc__, args=[a for a in argv if a not in HELP]).preset
         grid = {} if preset is None else dataclasses.asdict(PRESETS[preset])

@@ -9,13 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import run_script
+
+from vecsample.tools import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 CI_SETUP = ["rm -rf .ci/venv", "python3 -m venv .ci/venv", "source .ci/venv/bin/activate",
-            "unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER"]
+            "unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER",
+            # CI has gymnasium's vector tests and expects them (tests/test_gymnasium_suite.py)
+            'export VECSAMPLE_GYMNASIUM_TESTS="$PWD/../shared/conformance"']
 
 
 def test_ci_runs_exactly_the_readme_test_command():
@@ -23,7 +28,7 @@ def test_ci_runs_exactly_the_readme_test_command():
     commands = re.findall(r"```bash\n(.+?)\n```", readme)
     ci_lines = [ln for ln in (ROOT / ".ci/run").read_text().splitlines()
                 if ln and not ln.startswith("#") and not ln.startswith(("set ", "cd "))]
-    # a fresh venv of its own, then the README's command and nothing else
+    # a fresh venv of its own, gymnasium's tests named, then the README's command, nothing else
     assert ci_lines == [*CI_SETUP, commands[1]], "README's test command and .ci/run drifted apart"
     assert commands[0].endswith("vecsample compare")
 
@@ -75,12 +80,31 @@ def _run_script(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_readme_quick_start_runs_verbatim_as_a_saved_file(tmp_path):
-    """Exactly what a newcomer does: paste the snippet into quickstart.py, run it."""
+    """Exactly what a newcomer does: paste the snippet into quickstart.py, run it; its one line
+    of output says what it did."""
     script = tmp_path / "quickstart.py"
     script.write_text(_readme_quick_start())
     proc = _run_script(script, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+    said = re.fullmatch(r"([\d,]+) env steps received, ([\d,]+) episodes ended\n", proc.stdout)
+    assert said is not None, proc.stdout
+    steps, episodes = (int(n.replace(",", "")) for n in said.groups())
+    assert steps % 32 == 0 and steps >= 64 and 0 < episodes < steps, proc.stdout
+
+
+def _readme_python_snippets() -> list[str]:
+    return re.findall(r"```python\n(.+?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+def test_every_other_readme_python_snippet_runs_verbatim_as_a_saved_file(tmp_path):
+    others = [s for s in _readme_python_snippets() if s != _readme_quick_start()]
+    assert len(others) == len(_readme_python_snippets()) - 1 >= 2
+    for i, snippet in enumerate(others):
+        script = tmp_path / f"snippet_{i}.py"
+        script.write_text(snippet)
+        proc = _run_script(script, tmp_path)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, f"{snippet}\n{proc.stderr}"
 
 
 def test_an_unguarded_script_under_forkserver_gets_one_short_error(tmp_path):
@@ -145,3 +169,59 @@ def test_vector_env_parts_experiment_times_every_part():
     assert parts == ["send_all: check, copy, post", "sampler.batch: the merged StepResult",
                      "vector infos from the columns", "observation copy (copy=True)",
                      "the whole step()"], proc.stdout
+
+
+# --- `vecsample compare`'s last lines: who won, in the table's own ratio -------------------------
+
+
+def _results(env: str, ratios: list[float]) -> list[compare.LoopResult]:
+    """One full and one 0.5 ms partial run per repeat; the partial one at ``ratio`` × full."""
+    def run(timeout: float | None, repeat: int, rate: float) -> compare.LoopResult:
+        return compare.LoopResult(
+            env=env, timeout=timeout, workers=2, envs_per_worker=16, steps=1000, seconds=1.0,
+            steps_per_s=rate, workers_per_recv=2.0, policy_calls_per_1000_steps=31.2,
+            wait_s=0.5, policy_s=0.1, env_step_s=1.0, steps_sent=1000, steps_received=1000,
+            policy="random", repeat=repeat)
+
+    return [r for k, x in enumerate(ratios)
+            for r in (run(None, k, 20_000.0), run(0.0005, k, 20_000.0 * x))]
+
+
+@pytest.mark.parametrize(("ratios", "expected"), [
+    ([0.98, 1.00, 1.01], "a tie, partial 1.00× full (0.5 ms); per repeat 0.98–1.01, not all agree"),
+    ([0.70, 0.95, 1.20], "a tie, partial 0.95× full (0.5 ms); per repeat 0.70–1.20, not all agree"),
+    ([1.004, 1.01, 1.016], "a tie, partial 1.01× full (0.5 ms); per repeat 1.00–1.02, within 2 %"),
+    ([1.20, 1.25, 1.30], "partial batches win, 1.25× full (0.5 ms); per repeat 1.20–1.30"),
+    ([0.80, 0.85, 0.90], "full batches win, partial 0.85× full (0.5 ms); per repeat 0.80–0.90"),
+])
+def test_compare_calls_a_tie_a_tie_and_a_win_a_win(ratios, expected):
+    last = compare.report(_results("CartPole-v1", ratios)).splitlines()[-1]
+    assert last == f"CartPole-v1: {expected}"
+
+
+def test_the_conclusion_repeats_the_tables_ratio_in_the_same_direction():
+    lines = compare.report(_results("CartPole-v1", [0.80, 0.85, 0.90])).splitlines()
+    row = next(ln for ln in lines if ln.startswith("partial batches (timeout 0.5 ms)"))
+    x, spread = re.split(r"\s{2,}", row)[2:4]
+    assert (x, spread) == ("0.85", "0.80–0.90")
+    assert f"partial {x}× full (0.5 ms); per repeat {spread}" in lines[-1]
+
+
+def test_the_legend_explains_the_verdicts_and_the_straggler_env():
+    text = compare.report(_results("straggler", [0.98, 1.00, 1.01]))
+    legend = text.split("Medians of 3 repeats")[1]
+    assert "  not all agree    some repeats had partial batches faster, others full" in legend
+    assert "  within 2 %       every repeat agrees, but the median is less than 2 %" in legend
+    assert "  straggler        an env that sleeps --step-time per step with a heavy tail" in legend
+    assert text.splitlines()[-1].endswith(", not all agree")
+    assert "  straggler  " not in compare.report(_results("CartPole-v1", [1.0, 1.1]))
+    assert all(len(line) <= 100 for line in text.splitlines())
+
+
+@pytest.mark.parametrize(("x", "lo", "hi", "expected"), [
+    (1.10, 1.05, 1.20, "partial"), (0.90, 0.85, 0.95, "full"), (1.10, 0.95, 1.20, "tie"),
+    (0.90, 0.85, 1.00, "tie"), (1.015, 1.01, 1.02, "tie"), (0.985, 0.98, 0.99, "tie"),
+    (1.03, 1.03, 1.03, "partial"),
+])
+def test_verdict_needs_every_repeat_and_a_margin(x, lo, hi, expected):
+    assert compare.verdict(x, lo, hi) == expected

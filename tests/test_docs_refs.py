@@ -7,11 +7,17 @@ tests/ defines (``test_y*`` or ``test_y...``: some test's name starts so). The u
 run are not ours: gymnasium's tests named in the allowlist of tests/test_gymnasium_suite.py and
 SB3's file (``SUITE`` of tests/test_sb3_suite.py) are known; docs/sb3.md lists SB3's own tests
 by bare name, so that page's bare names are not checked.
+
+Links between these pages must land too: a link ``[x](page.md#anchor)`` (or ``(#anchor)`` within
+a page), or ``docs/page.md#anchor`` in the code's docstrings, needs the page and a heading whose
+anchor, as GitHub makes it, is ``anchor``; so a heading renamed fails here until every link to it
+follows.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -55,6 +61,66 @@ def dangling(text: str, tests: dict[str, set[str]], upstream: set[str],
         if not ok:
             found.append(name + prefix)
     return found
+
+
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+HEADING = re.compile(r"^#{1,6} +(.+?) *#* *$", re.MULTILINE)
+HTML_ANCHOR = re.compile(r"<a (?:id|name)=\"([^\"]+)\"")
+LINK = re.compile(r"\]\((?P<page>[^()#\s]*\.md)?#(?P<anchor>[^()\s]+)\)")
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the headings of ``markdown`` (code blocks left out): lower case,
+    punctuation dropped, each space a hyphen; a repeated anchor gets ``-1``, ``-2``... With
+    them, the ids of explicit ``<a id="...">`` anchors."""
+    seen: Counter[str] = Counter()
+    text = FENCE.sub("", markdown)
+    found = set(HTML_ANCHOR.findall(text))
+    for heading in HEADING.findall(text):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        found.add(slug if not seen[slug] else f"{slug}-{seen[slug]}")
+        seen[slug] += 1
+    return found
+
+
+def broken_links(doc: Path, text: str) -> list[str]:
+    """Every ``page.md#anchor`` link of ``text`` (in ``doc``) whose page or anchor is missing."""
+    found = []
+    for match in LINK.finditer(FENCE.sub("", text)):
+        target = (doc.parent / match["page"]).resolve() if match["page"] else doc
+        if not target.is_file() or match["anchor"] not in anchors(target.read_text()):
+            found.append(f"{match['page'] or ''}#{match['anchor']}")
+    return found
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
+def test_every_link_to_a_heading_lands(doc):
+    found = broken_links(doc, doc.read_text())
+    assert not found, f"{doc.name} links to headings that do not exist: {found}"
+
+
+CODE_LINK = re.compile(r"\b(docs/\w+\.md)#([\w-]+)")
+
+
+def test_every_heading_the_code_names_exists():
+    """``docs/page.md#anchor`` in a docstring or comment of the package, the scripts or the
+    examples must land as a link would."""
+    sources = [p for folder in ("vecsample", "experiments", "examples")
+               for p in sorted((ROOT / folder).rglob("*.py"))]
+    found = [f"{p.relative_to(ROOT)}: {page}#{anchor}" for p in sources
+             for page, anchor in CODE_LINK.findall(p.read_text())
+             if not (ROOT / page).is_file() or anchor not in anchors((ROOT / page).read_text())]
+    assert not found, f"these name headings that do not exist: {found}"
+
+
+def test_a_link_to_a_renamed_heading_is_caught(tmp_path):
+    (tmp_path / "b.md").write_text("# B\n\n## Results (issue 18)\n\n```\n# not a heading\n```\n")
+    page = tmp_path / "a.md"
+    text = ("## U × E: the `step`'s cost\n## Twice\n## Twice\n<a id=\"short\"></a>\n"
+            "[ok](b.md#results-issue-18) [ok](#u--e-the-steps-cost) [ok](#twice-1) [ok](#short) "
+            "[gone](b.md#results) [code](b.md#not-a-heading) [no page](c.md#b) [here](#nope)")
+    page.write_text(text)
+    assert broken_links(page, text) == ["b.md#results", "b.md#not-a-heading", "c.md#b", "#nope"]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])

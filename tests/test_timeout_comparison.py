@@ -66,13 +66,24 @@ def test_iterations_budget_and_model_columns(tmp_path):
 
 
 def test_presets_and_flags_override():
-    args = tc.parse_args(["--preset", "seed-small", "--scale", "0.1", "--repeats", "1"])
+    args = tc.parse_args(["--preset", "halfcheetah-8x20", "--scale", "0.1", "--repeats", "1"])
     grid = tc.grid_of(args)
     assert grid.envs_per_worker == [2] and grid.iterations == 100 and grid.repeats == 1
     assert grid.timeouts == [None, 0.1, 0.01, 0.001, 0.0001] and grid.workers == [8]
-    assert tc.grid_of(tc.parse_args(["--preset", "seed-large"])).envs_per_worker == [4000]
+    assert tc.grid_of(tc.parse_args(["--preset", "halfcheetah-8x4000"])).envs_per_worker == [4000]
     with pytest.raises(SystemExit):
         tc.parse_args(["--preset", "nope"])
+
+
+def test_earlier_preset_names_still_work_as_aliases():
+    """The dated results' commands (docs/timeout.md) use the earlier names."""
+    assert set(tc.PRESET_ALIASES.values()) <= set(tc.PRESETS)
+    assert not set(tc.PRESET_ALIASES) & set(tc.PRESETS)
+    for old, new in tc.PRESET_ALIASES.items():
+        assert tc.parse_args(["--preset", old, "--repeats", "2"]).preset == new
+        assert tc.grid_of(tc.parse_args([f"--preset={old}"])) == tc.PRESETS[new]
+    assert tc.unalias(["--envs", "p6", "--preset", "p6"]) == ["--envs", "p6", "--preset",
+                                                              "sleep-scaling"]
 
 
 def test_policies_respect_the_action_space():
@@ -192,9 +203,9 @@ def test_compare_report_reads_at_a_glance(tmp_path, capsys):
         # The ratio of the two medians shown lies within the per-repeat range shown.
         shown = statistics.median(part.values()) / statistics.median(full.values())
         assert min(ratios) <= shown <= max(ratios)
-        winner = (f"{env}: partial (0.5 ms) {x:.2f}× full batches" if x > 1
-                  else f"{env}: full batches {1 / x:.2f}× partial (0.5 ms)")
-        assert lines[len(lines) - 2 + k].startswith(winner), (lines[-2:], winner)
+        # The last lines give the table's ratio, partial ÷ full, whoever won.
+        last = lines[len(lines) - 2 + k]
+        assert last.startswith(f"{env}: ") and f" {x:.2f}× full (0.5 ms)" in last, (lines[-2:], x)
 
 
 def fake(env: str, timeout: float | None, repeat: int, steps_per_s: float) -> compare.LoopResult:
@@ -217,8 +228,8 @@ def test_report_names_the_winner_and_its_factor_per_env():
     check_layout(text)
     assert "90,000" in text and "partial batches (timeout 0.1 ms)" in text
     assert text.splitlines()[-2:] == [
-        "a: partial (0.1 ms, best of 2) 2.00× full batches; per repeat 1.50–2.50",
-        "b: full batches 1.50× partial (0.5 ms, best of 2); per repeat 0.80–2.07, not all agree",
+        "a: partial batches win, 2.00× full (0.1 ms, best of 2); per repeat 1.50–2.50",
+        "b: a tie, partial 0.67× full (0.5 ms, best of 2); per repeat 0.48–1.25, not all agree",
     ]
 
 
@@ -231,8 +242,8 @@ def test_a_long_conclusion_leaves_out_the_range_to_fit_100_columns():
                 results[-1].policy, results[-1].policy_latency = policy, latency
     text = compare.report(results)
     check_layout(text)
-    assert text.splitlines()[-1] == ("HalfCheetahVel-v5 (2 × 4, mlp:64,64+1ms): full batches "
-                                     "1.11× partial (0.5 ms)")
+    assert text.splitlines()[-1] == ("HalfCheetahVel-v5 (2 × 4, mlp:64,64+1ms): a tie, partial "
+                                     "0.90× full (0.5 ms), not all agree")
 
 
 def test_format_table_never_writes_an_exponent():

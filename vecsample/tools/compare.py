@@ -1,12 +1,13 @@
 """``vecsample compare``: full against partial batches, side by side, in one run.
 
-The sampling loop of the design card: send to every worker, ``step_recv(timeout)``, run the
+The sampling loop: send to every worker, ``step_recv(timeout)``, run the
 policy once on whatever came back, send those workers again. ``timeout=None`` is the full batch;
 a small float is the partial batch. Reports steps/s, workers per recv, policy calls per 1000
 steps and where the time went (wait / policy / send / env), and checks that every step sent was
 received; the table has a legend and ends with one line per env saying which batches won and by
-how much. The default is a small preset (CartPole and a straggler env, 2 workers, < 1 minute);
-the options reach the whole experiment of experiments/timeout_comparison.py (docs/timeout.md).
+how much, or that they tie within noise. The default is a small preset (CartPole and a straggler
+env, 2 workers, < 1 minute); the options reach the whole experiment of
+experiments/timeout_comparison.py (docs/timeout.md).
 
 Timeouts of one (env, workers, envs per worker) group share one sampler and are interleaved
 repeat by repeat, so a ratio is measured side by side even on a loaded machine.
@@ -155,7 +156,7 @@ class Grid:
     seconds: float = 2.0
     """duration of one measurement (when iterations is not set)"""
     iterations: int | None = None
-    """steps per env of one measurement (the seed's iterations); replaces seconds"""
+    """steps per env of one measurement; replaces seconds"""
     repeats: int = 3
     """repeats of each measurement; tables show medians, ratios are per repeat"""
     seed: int = 0
@@ -349,8 +350,24 @@ def _blocks(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[
     return blocks
 
 
-def legend(repeats: int) -> list[str]:
-    """What each column of the report means, one line each."""
+#: A median ratio closer to 1 than this is a tie, whatever the repeats say: 1.01× is no win.
+TIE_MARGIN = 0.02
+_MARGIN = f"{TIE_MARGIN * 100:g} %"
+
+#: The legend's lines for each synthetic env (vecsample.testing.SlowEnv), shown where it ran.
+ENV_LEGEND = {
+    "sleep": ("  sleep            an env that sleeps --step-time per step, the same every step",),
+    "uniform": ("  uniform          an env that sleeps --step-time ± 50 % per step",),
+    "straggler": ("  straggler        an env that sleeps --step-time per step with a heavy tail: 1 "
+                  "step in 100",
+                  "                   takes over 20× the median, so a full batch often waits for "
+                  "one slow worker"),
+}
+
+
+def legend(repeats: int, envs: Sequence[str] = ()) -> list[str]:
+    """What each column of the report means, one line each; the synthetic envs among ``envs``;
+    and how to read the last lines."""
     return [
         f"Medians of {repeats} repeats; in each repeat the rows of a block take turns on one "
         "sampler.",
@@ -366,31 +383,57 @@ def legend(repeats: int) -> list[str]:
         "  calls/1k         policy calls per 1,000 env steps",
         "  wait %           share of the parent's time waiting in step_recv",
         "  policy %         share of the parent's time in the policy (the rest: send, bookkeeping)",
+        *(line for env, lines in ENV_LEGEND.items() if env in envs for line in lines),
+        "Last lines: each block's best partial row against full batches, as × full. A side wins "
+        "only",
+        f"where every repeat's ratio is on its side of 1 and the median is {_MARGIN} or more from "
+        "1;",
+        "otherwise the line says a tie within noise, and why:",
+        "  not all agree    some repeats had partial batches faster, others full batches",
+        f"  within {_MARGIN}       every repeat agrees, but the median is less than {_MARGIN} "
+        "from 1",
     ]
 
 
+def verdict(x: float, lo: float, hi: float) -> str:
+    """``partial``, ``full`` or ``tie`` for a row of median ratio ``x`` (partial ÷ full) and
+    per-repeat ratios from ``lo`` to ``hi``: a side wins only where every repeat says so and
+    the median is at least TIE_MARGIN from 1."""
+    if abs(x - 1) < TIE_MARGIN or lo <= 1 <= hi:
+        return "tie"
+    return "partial" if x > 1 else "full"
+
+
 def conclusion(label: str, rows: list[dict[str, Any]]) -> str:
-    """``CartPole-v1: full batches 1.12× partial (0.5 ms); per repeat 1.05–1.20``: the best
-    partial row against the full one, by the median of the per-repeat ratios (``× full``). The
-    per-repeat range is left out where it would take the line past 100 characters."""
+    """``CartPole-v1: partial batches win, 1.12× full (0.5 ms); per repeat 1.05–1.20``: the
+    best partial row (a clear win first, then the highest ``× full``) against the full one, in
+    the table's ratio, partial ÷ full. A tie within noise says so and why. The per-repeat range
+    is left out where it would take the line past 100 characters."""
     partial = [r for r in rows if r["timeout"] != "full" and math.isfinite(r["x full"])]
     if not partial:
         return f"{label}: no full and partial batches side by side to compare"
-    best = max(partial, key=lambda r: r["x full"])
-    x, lo, hi = best["x full"], best["x full min"], best["x full max"]
+
+    def judged(r: dict[str, Any]) -> str:
+        return verdict(r["x full"], r["x full min"], r["x full max"])
+
+    best = max(partial, key=lambda r: (judged(r) == "partial", r["x full"]))
+    x, lo, hi, said = best["x full"], best["x full min"], best["x full max"], judged(best)
     best_of = f", best of {len(partial)}" if len(partial) > 1 else ""
-    which = f"partial ({milliseconds(best['timeout'])}{best_of})"
-    if x > 1:
-        text = f"{label}: {which} {x:.2f}× full batches"
-    else:
-        text, lo, hi = f"{label}: full batches {1 / x:.2f}× {which}", 1 / hi, 1 / lo
-    spread = f"; per repeat {lo:.2f}–{hi:.2f}" + (", not all agree" if lo < 1 else "")
-    return text + spread if lo != hi and len(text + spread) <= 100 else text
+    head = {"partial": "partial batches win,", "full": "full batches win, partial",
+            "tie": "a tie, partial"}[said]
+    text = f"{label}: {head} {x:.2f}× full ({milliseconds(best['timeout'])}{best_of})"
+    why = "" if said != "tie" else ", not all agree" if lo <= 1 <= hi else \
+        f", within {_MARGIN}"
+    spread = f"; per repeat {lo:.2f}–{hi:.2f}"
+    if lo != hi and len(text + spread + why) <= 100:
+        return text + spread + why
+    return text + why
 
 
 def report(results: Sequence[LoopResult]) -> str:
     """The output of ``vecsample compare``: a block per (env, policy, workers × envs), the
-    legend, then one line per block saying which batches won and by how much."""
+    legend, then one line per block saying which batches won and by how much, or that they
+    tie."""
     blocks = _blocks(summarize(results))
     repeats = len({r.repeat for r in results})
     envs = [env for env, _, _ in blocks]
@@ -401,7 +444,7 @@ def report(results: Sequence[LoopResult]) -> str:
                   *columns(REPORT_HEADER, [_cells(r) for r in rows], right=range(1, 8)), ""]
         label = env if envs.count(env) == 1 else f"{env} ({w} × {n}, {policy})"
         ends.append(conclusion(label, rows))
-    return "\n".join([*lines, *legend(repeats), "", *ends])
+    return "\n".join([*lines, *legend(repeats, envs), "", *ends])
 
 
 # --- the command line ----------------------------------------------------------------------------
