@@ -172,3 +172,15 @@ def test_an_env_error_from_a_worker_survives_pickling_with_its_traceback(make_sa
     assert str(copy) == str(caught.value) and copy.env == caught.value.env
     assert isinstance(copy.__cause__, errors.RemoteTraceback)
     assert "RuntimeError" in str(copy.__cause__)
+
+
+@pytest.mark.parametrize("name", ["SharedMemorySpaceError", "UnsupportedOptionError",
+                                  "AlreadyPendingError", "ActionCountError", "as_env_exception"])
+def test_the_gymnasium_adapters_errors_moved_and_keep_their_old_name_for_a_release(name):
+    from vecsample.adapters import errors as adapter_errors
+
+    with pytest.warns(DeprecationWarning, match=f"vecsample.errors.{name} moved to "
+                      "vecsample.adapters.errors"):
+        assert getattr(errors, name) is getattr(adapter_errors, name)
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchError'"):
+        errors.NoSuchError  # noqa: B018

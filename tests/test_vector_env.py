@@ -20,6 +20,7 @@ from gymnasium import spaces
 from helpers import assert_same, record_calls
 
 from vecsample import errors, make_vec
+from vecsample.adapters import errors as adapter_errors
 from vecsample.options import usable_cores
 from vecsample.testing import CountingEnv, RaisingEnv, SlowEnv, SpaceEnv, fns
 
@@ -160,7 +161,7 @@ def test_the_async_api_out_of_order_raises_gymnasiums_errors(make_vector_env):
     expected = "Calling `step_async` while waiting for a pending call to `reset` to complete"
     with pytest.raises(gym_error.AlreadyPendingCallError, match=re.escape(expected)) as busy:
         env.step_async(np.zeros(2, dtype=np.int64))
-    assert isinstance(busy.value, errors.AlreadyPendingError) and busy.value.name == "reset"
+    assert isinstance(busy.value, adapter_errors.AlreadyPendingError) and busy.value.name == "reset"
     with pytest.raises(errors.NoPendingError, match="`reset` is pending"):
         env.step_wait()
     obs, infos = env.reset_wait()
@@ -254,7 +255,7 @@ def test_action_count_checks(make_vector_env):
     env.reset()
     with pytest.raises(TypeError, match="expected a batch of 2 actions") as scalar:
         env.step(0)
-    assert isinstance(scalar.value, errors.ActionCountError)
+    assert isinstance(scalar.value, adapter_errors.ActionCountError)
     for wrong in (np.zeros(1, dtype=np.int64), np.zeros(3, dtype=np.int64)):
         with pytest.raises(ValueError, match="one row per env"):
             env.step(wrong)
@@ -310,7 +311,7 @@ def test_shared_memory_refuses_what_asyncvectorenv_refuses(space, error, message
     env_fn = functools.partial(SpaceEnv, space, spaces.Discrete(2))
     with pytest.raises(error, match=re.escape(message)) as info:
         errors_vector_env([env_fn] * 2)
-    assert isinstance(info.value, errors.SharedMemorySpaceError)
+    assert isinstance(info.value, adapter_errors.SharedMemorySpaceError)
     assert "shared_memory=False" in str(info.value)
 
 
@@ -329,11 +330,11 @@ def test_asyncvectorenv_keywords(make_vector_env):
 
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [
-    ({"worker": print}, errors.UnsupportedOptionError, "custom worker function cannot run"),
-    ({"observation_mode": "different"}, errors.UnsupportedOptionError,
+    ({"worker": print}, adapter_errors.UnsupportedOptionError, "custom worker function cannot run"),
+    ({"observation_mode": "different"}, adapter_errors.UnsupportedOptionError,
      "equal the first env's"),
     ({"observation_mode": (spaces.Discrete(2), spaces.Discrete(2))},
-     errors.UnsupportedOptionError, "observation_mode must be 'same'"),
+     adapter_errors.UnsupportedOptionError, "observation_mode must be 'same'"),
     ({"observation_mode": "sometimes"}, errors.ConfigError, "observation_mode must be 'same'"),
     ({"max_concurrency": 0}, errors.ConfigError, "max_concurrency must be an int >= 1"),
     ({"max_concurrency": 1, "num_workers": 2}, errors.ConfigError, "pass num_workers <= 1"),

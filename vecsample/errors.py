@@ -10,8 +10,9 @@ got, and how to fix it.
 
 from __future__ import annotations
 
-import builtins
+import importlib
 import multiprocessing
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,18 +67,6 @@ class ConfigError(VecSampleError, ValueError):
 
 class UnsupportedSpaceError(VecSampleError, TypeError):
     """A space type that cannot live in shared memory without per-step pickling."""
-
-
-class SharedMemorySpaceError(UnsupportedSpaceError, ValueError):
-    """``VectorEnv(shared_memory=True)`` with an observation space that shared memory cannot hold.
-
-    Both a ``TypeError`` and a ``ValueError``: ``AsyncVectorEnv`` raises the first for spaces of
-    dynamic shape (``Graph``, ``Sequence``) and the second for custom spaces.
-    """
-
-
-class UnsupportedOptionError(ConfigError):
-    """An ``AsyncVectorEnv`` keyword that vecsample accepts but cannot honour with this value."""
 
 
 class ResetMaskError(ConfigError, TypeError):
@@ -198,10 +187,6 @@ class PendingCallError(VecSampleError, RuntimeError):
         self.name = name
 
 
-class AlreadyPendingError(PendingCallError, gym_error.AlreadyPendingCallError):
-    """``vecsample.VectorEnv``: a call while another one (``name``) waits for its ``*_wait``."""
-
-
 class NoPendingError(PendingCallError, gym_error.NoAsyncCallError):
     """A ``*_wait``/``step_recv`` call with nothing of that kind in flight (``name``: that kind)."""
 
@@ -261,11 +246,6 @@ class ActionError(VecSampleError, ValueError):
 
 class ActionShapeError(ActionError):
     """The action batch has the wrong shape."""
-
-
-class ActionCountError(ActionShapeError, TypeError):
-    """A single scalar was given where a vector env needs one action per env (also a
-    ``TypeError``, as gymnasium raises for an action batch it cannot iterate)."""
 
 
 class ActionDtypeError(ActionError):
@@ -488,33 +468,18 @@ class ReplayUnsupportedError(ReplayError, RuntimeError):
         self.what = what
 
 
-# --- gymnasium compatibility -------------------------------------------------------------------
+# --- the gymnasium adapter's errors live beside it (vecsample/adapters/errors.py) ----------------
 
-_MIRRORS: dict[tuple[type[WorkerError], type[Exception]], type[WorkerError]] = {}
+#: Their names here, kept for one release: each warns and gives the class from its new module.
+_MOVED = frozenset({"SharedMemorySpaceError", "UnsupportedOptionError", "AlreadyPendingError",
+                    "ActionCountError", "as_env_exception"})
 
 
-def as_env_exception(exc: WorkerError) -> WorkerError:
-    """``exc``, made an instance of the builtin exception type the env raised, if it has one.
-
-    ``AsyncVectorEnv`` re-raises a sub-env's exception as its own type (``ValueError``, ...);
-    this keeps vecsample's ``WorkerError`` (worker, env, remote traceback) and adds that type as
-    a base, so ``except ValueError`` around ``step`` works with both. A type that is not a
-    builtin (only its name crosses the pipe) or cannot share the layout (``OSError``) is left
-    out: ``exc`` is returned as it is.
-    """
-    raised = getattr(builtins, exc.exc_type, None)
-    if (not isinstance(raised, type) or not issubclass(raised, Exception)
-            or isinstance(exc, raised)):
-        return exc
-    key = (type(exc), raised)
-    if key not in _MIRRORS:
-        try:
-            _MIRRORS[key] = type(type(exc).__name__, key, {"__module__": __name__,
-                                                            "__qualname__": key[0].__qualname__})
-        except TypeError:  # the layouts cannot be combined
-            return exc
-    try:
-        exc.__class__ = _MIRRORS[key]
-    except TypeError:
-        return exc
-    return exc
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module 'vecsample.errors' has no attribute {name!r}")
+    warnings.warn(f"vecsample.errors.{name} moved to vecsample.adapters.errors (the gymnasium "
+                  f"adapter's errors); the old name goes in the next release.",
+                  DeprecationWarning, stacklevel=2)
+    # Imported on first use only: vecsample.errors itself never loads the adapter.
+    return getattr(importlib.import_module("vecsample.adapters.errors"), name)

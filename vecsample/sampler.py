@@ -30,7 +30,7 @@ from vecsample._parent import signals
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
 from vecsample._parent.pool import WorkerPool
-from vecsample._parent.replay import NO_LOG, NoLog, open_log
+from vecsample._parent.replay import NO_LOG, CallLog, open_log
 from vecsample._parent.restart import FailurePolicy, RaiseFailures, Restarts
 from vecsample._parent.stats import Meter, PhaseSource
 from vecsample._parent.stepping import StepChannel
@@ -83,7 +83,7 @@ class VecSampler:
         (4, 4) [1.0, 1.0, 1.0, 1.0]
     """
 
-    _log: NoLog = NO_LOG  # recording or replaying (replay.py); set up by _start
+    _log: CallLog = NO_LOG  # recording or replaying (replay.py); set up by _start
 
     def __init__(
         self,

@@ -15,10 +15,10 @@ given the same policy. The first call that differs from the log raises ``ReplayD
 naming it, and every later call raises it again: a replay never goes on silently.
 See docs/semantics.md, "Reproducing an asynchronous run".
 
-The sampler calls one hook per call on its ``log``: ``NoLog`` (nothing recorded, each hook a
-plain return), a ``Recorder`` or a ``Replayer``. They observe the sends and the receives; for
-``step_recv`` the replayer also sets the schedule (``schedule``: which workers to wait for, and
-the restarts to make first; ``arrange``: their recorded order).
+The sampler calls one hook per call on its ``log``, a ``CallLog``: ``NO_LOG`` (nothing
+recorded, each hook a plain return), a ``Recorder`` or a ``Replayer``. They observe the sends
+and the receives; for ``step_recv`` the replayer also sets the schedule (``schedule``: which
+workers to wait for, and the restarts to make first; ``arrange``: their recorded order).
 """
 
 from __future__ import annotations
@@ -78,8 +78,10 @@ def _describe(fn: object) -> str:
     return ADDRESS.sub("", repr(fn))
 
 
-class NoLog:
-    """The sampler's hooks when nothing is recorded or replayed: each returns at once."""
+class CallLog:
+    """The sampler's hooks, one per call: what a log of the calls observes (and, for step_recv,
+    decides). This base class keeps no log: each hook returns at once (``NO_LOG``); a
+    ``Recorder`` writes one, a ``Replayer`` follows one."""
 
     def send(self, w: int) -> None:
         """``step_send(w)``, before anything is sent."""
@@ -112,11 +114,11 @@ class NoLog:
         """The sampler closes: the log is flushed and closed."""
 
 
-NO_LOG = NoLog()
+NO_LOG = CallLog()
 
 
 def open_log(record: PathArg | None, replay: PathArg | None, layout: Layout,
-             restart_log: list[tuple[int, str]], restarts: Restarts | None) -> NoLog:
+             restart_log: list[tuple[int, str]], restarts: Restarts | None) -> CallLog:
     """The sampler's log: a Recorder, a Replayer, or NO_LOG (``Options`` refuses both paths
     at once). A replay of a run with restarts makes them again through ``restarts`` (None
     without restarts: the header check has made sure that the log has none then)."""
@@ -127,7 +129,7 @@ def open_log(record: PathArg | None, replay: PathArg | None, layout: Layout,
     return NO_LOG
 
 
-class Recorder(NoLog):
+class Recorder(CallLog):
     """Appends a record per call; restarts are written after the call in which they happened."""
 
     def __init__(self, path: PathArg, layout: Layout,
@@ -205,7 +207,7 @@ def _packed(tag: Tag, *fields: int) -> bytes:
     return data
 
 
-class Replayer(NoLog):
+class Replayer(CallLog):
     """Checks each call against the log and makes step_recv return the recorded workers."""
 
     def __init__(self, path: PathArg, layout: Layout, restart_log: list[tuple[int, str]],
@@ -359,9 +361,9 @@ class Replayer(NoLog):
         return forced, record
 
 
-def stopped(log: NoLog) -> errors.ReplayError | None:
+def stopped(log: CallLog) -> errors.ReplayError | None:
     """Why a replay stopped (None: it has not, or ``log`` does not replay)."""
     return log.stopped if isinstance(log, Replayer) else None
 
 
-__all__ = ["NO_LOG", "NoLog", "Recorder", "Replayer", "open_log", "stopped"]
+__all__ = ["NO_LOG", "CallLog", "Recorder", "Replayer", "open_log", "stopped"]

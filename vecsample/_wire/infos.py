@@ -22,9 +22,12 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # an annotation only: the record type is the protocol's
+    from vecsample._wire.protocol import InfoRecord
 
 #: Bytes per env and table: presence bytes, then values (a few dozen float keys fit).
 ROW_BYTES = 512
@@ -41,8 +44,6 @@ _INT64 = (-(2**63), 2**63)
 
 #: (kind, dtype str, shape): the type of a value a column can hold.
 Signature = tuple[type, str, tuple[int, ...]]
-#: (env index in the block, step info, reset info or None), as the worker's loops record them.
-Record = tuple[int, dict[str, Any], "dict[str, Any] | None"]
 
 
 def signature(key: str, value: Any) -> Signature | None:
@@ -200,12 +201,13 @@ class InfoWriter:
             for t in (STEP, RESET):
                 self.views[t].append(column.values(self.rows[t]))
 
-    def write(self, records: list[Record]) -> tuple[list[Record], dict[str, Signature], int, int]:
+    def write(self, records: list[InfoRecord],
+              ) -> tuple[list[InfoRecord], dict[str, Signature], int, int]:
         """Writes what fits into the columns; returns (leftover records, candidate keys, and
         the bitmasks of the step and reset columns written)."""
         gathered: list[dict[int, tuple[list[Any], list[bool]]]] = [{}, {}]
         candidates: dict[str, Signature] = {}
-        leftovers: list[Record] = []
+        leftovers: list[InfoRecord] = []
         for j, info, reset_info in records:
             left = self._gather(gathered[STEP], j, info, candidates) if info else None
             left_reset = (self._gather(gathered[RESET], j, reset_info, candidates)

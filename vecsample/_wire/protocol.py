@@ -29,9 +29,9 @@ from vecsample import errors
 
 
 class Command(IntEnum):
-    """What the parent asks a worker to do."""
+    """What the parent asks a worker to do on its pipe (a step is posted through shared memory,
+    handshake.py, and never travels as a command)."""
 
-    STEP = 1
     RESET = 2
     RESET_TASK = 3
     CALL = 4

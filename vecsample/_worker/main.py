@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import multiprocessing.forkserver
 import os
 import pickle
@@ -103,10 +102,10 @@ def local_step(spec: WorkerSpec, seeds: Sequence[int | None]) -> Callable[[], ob
     block = worker.block
     block.reset((list(seeds), None, None))
     if spec.autoreset_mode is not AutoresetMode.DISABLED:
-        return functools.partial(worker._step, None)
+        return worker._step
 
     def step_and_reset() -> None:  # DISABLED freezes ended envs: reset them, as its users do
-        worker._step(None)
+        worker._step()
         if block.ended.any():
             block.reset(([None] * worker.count, None, block.ended.copy()))
 
@@ -245,7 +244,7 @@ class _Worker:
             if self.action_lane:
                 _receive_actions(self.conn, self.spec)
             self.infos.sync(self.side.published())
-            records = self._step(None)
+            records = self._step()
             candidates: dict[str, Signature] = {}
             if records:
                 records, candidates, *written = self.infos.write(records)
@@ -301,7 +300,7 @@ class _Worker:
 
     # --- step ------------------------------------------------------------------------------------
 
-    def _step(self, _: None) -> list[InfoRecord] | None:
+    def _step(self) -> list[InfoRecord] | None:
         start = time.perf_counter()
         records: list[InfoRecord] = []
         self.block.step(records)

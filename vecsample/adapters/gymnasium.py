@@ -22,6 +22,7 @@ from gymnasium.vector.utils import batch_space
 
 from vecsample import errors, hosted
 from vecsample._wire.spaces import copy_tree
+from vecsample.adapters import errors as adapter_errors
 from vecsample.adapters import vector_infos
 from vecsample.deprecation import renamed
 from vecsample.factories import EnvMaker, Envs
@@ -298,7 +299,7 @@ class VectorEnv(gym.vector.VectorEnv):
             raise errors.ClosedError(what="VectorEnv")
         if self._pending is not None:
             name = self._pending[0]
-            raise errors.AlreadyPendingError(
+            raise adapter_errors.AlreadyPendingError(
                 f"Calling `{call}` while waiting for a pending call to `{name}` to complete; "
                 f"call `{name}_wait()` first.", name=name)
 
@@ -363,7 +364,7 @@ def _envs_and_workers(env_fns: Sequence[EnvFn] | HostedVector, num_envs: int | N
 def _check_options(worker: Any, observation_mode: Any, daemon: Any) -> None:
     """Refuses the AsyncVectorEnv options vecsample's workers cannot honour; warns on daemon."""
     if worker is not None:
-        raise errors.UnsupportedOptionError(
+        raise adapter_errors.UnsupportedOptionError(
             name="worker", expected="None", got=worker,
             fix="a custom worker function cannot run in vecsample's workers, which each step a "
             "block of envs through shared memory with their own protocol. Put the custom "
@@ -374,7 +375,7 @@ def _check_options(worker: Any, observation_mode: Any, daemon: Any) -> None:
             name="observation_mode", expected="'same'", got=observation_mode,
             fix="vecsample batches identical observation spaces only")
     if not (isinstance(observation_mode, str) and observation_mode == "same"):
-        raise errors.UnsupportedOptionError(
+        raise adapter_errors.UnsupportedOptionError(
             name="observation_mode", expected="'same'", got=observation_mode,
             fix="vecsample's workers need every env's observation space to equal the first "
             "env's (one shared-memory layout). Make the spaces equal (e.g. with a wrapper "
@@ -439,7 +440,7 @@ def _check_shared_memory(space: Space) -> None:
         reason = f"{what} has a dynamic shape so its not possible to make a static shared memory."
     else:
         reason = f"{what} is a custom space, which a fixed shared-memory layout cannot hold."
-    raise errors.SharedMemorySpaceError(
+    raise adapter_errors.SharedMemorySpaceError(
         f"shared_memory=True with observation space {space}: {reason} Pass "
         f"shared_memory=False to send these observations through the pipes (pickled), as "
         f"AsyncVectorEnv does.")
@@ -523,7 +524,7 @@ def _check_action_batch(actions: Any, num_envs: int) -> None:
         return  # the common call, decided before the slower checks of an abstract Mapping
     if isinstance(actions, (Mapping, list, tuple)) or np.ndim(actions) > 0:
         return
-    raise errors.ActionCountError(
+    raise adapter_errors.ActionCountError(
         f"actions: expected a batch of {num_envs} actions (one per env, along the first axis), "
         f"got the single value {actions!r}; pass e.g. envs.action_space.sample() or an array "
         f"with {num_envs} rows.")
@@ -585,14 +586,14 @@ def _recv_step(sampler: VecSampler, timeout: float | None) -> list[StepResult]:
 def _reported(failures: list[errors.WorkerError]) -> errors.WorkerError:
     """The last of ``failures``, after logging each through gymnasium's logger as
     AsyncVectorEnv does, made an instance of the env's own exception type too
-    (``errors.as_env_exception``)."""
+    (``adapter_errors.as_env_exception``)."""
     raised = [exc for exc in failures if exc.exc_type and exc.env is not None]  # not a death
     for exc in raised:
         logger.error(f"Received the following error from Worker-{exc.env} - Shutting it down")
         logger.error(exc.remote_traceback)
     if raised:
         logger.error("Raising the last exception back to the main process.")
-    return errors.as_env_exception(failures[-1])
+    return adapter_errors.as_env_exception(failures[-1])
 
 
 def make_vec(
