@@ -27,8 +27,8 @@ from vecsample._parent.layout import Layout
 from vecsample._parent.stats import Meter
 from vecsample._wire import handshake
 from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
-from vecsample._wire.infos import RESET, STEP, Schema, read_block
-from vecsample._wire.protocol import InfoRecord, Reply, WorkerState
+from vecsample._wire.infos import RESET, STEP, InfoRecord, Schema, read_block
+from vecsample._wire.protocol import Reply, WorkerState
 from vecsample._wire.shm import SharedBuffers, Views
 from vecsample._wire.spaces import copy_tree
 from vecsample.results import StepResult

@@ -22,12 +22,9 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:  # an annotation only: the record type is the protocol's
-    from vecsample._wire.protocol import InfoRecord
 
 #: Bytes per env and table: presence bytes, then values (a few dozen float keys fit).
 ROW_BYTES = 512
@@ -44,6 +41,10 @@ _INT64 = (-(2**63), 2**63)
 
 #: (kind, dtype str, shape): the type of a value a column can hold.
 Signature = tuple[type, str, tuple[int, ...]]
+#: Infos of one step, sparse: (local env index, step info, reset info or None); the reset info
+#: is set when the env was auto-reset during this step. What does not fit in the columns
+#: travels in the step's reply (protocol.StepReply).
+InfoRecord = tuple[int, dict[str, object], "dict[str, object] | None"]
 
 
 def signature(key: str, value: Any) -> Signature | None:

@@ -23,9 +23,12 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vecsample import errors
+
+if TYPE_CHECKING:  # in the aliases' quoted annotations only
+    from vecsample._wire.infos import InfoRecord
 
 
 class Command(IntEnum):
@@ -149,9 +152,6 @@ class WorkerStates:
 
 OK_MESSAGE = b"\x00"
 
-#: Infos of one step, sparse: (local env index, step info, reset info or None).
-#: The reset info is set when the env was auto-reset during this step.
-InfoRecord = tuple[int, dict[str, object], "dict[str, object] | None"]
 #: A step's message payload: the infos that did not fit in shared-memory columns (None: none),
 #: the pickled leaves' values, and info keys proposed for new columns (vecsample/_wire/infos.py).
 StepReply = tuple["list[InfoRecord] | None", "dict[str, list[Any]] | None",

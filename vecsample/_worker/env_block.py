@@ -43,7 +43,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample._wire.protocol import InfoRecord, ResetReply
+from vecsample._wire.infos import InfoRecord
+from vecsample._wire.protocol import ResetReply
 from vecsample._wire.shm import SharedBuffers, Views
 from vecsample._wire.spaces import unflatten
 from vecsample._wire.spec import WorkerSpec

@@ -22,7 +22,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample._wire.protocol import Command, InfoRecord, ResetReply
+from vecsample._wire.infos import InfoRecord
+from vecsample._wire.protocol import Command, ResetReply
 from vecsample._wire.shm import Views
 from vecsample._wire.spaces import unflatten
 from vecsample._wire.spec import WorkerSpec

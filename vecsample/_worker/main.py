@@ -24,8 +24,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, Waiter, WorkerSide
-from vecsample._wire.infos import InfoWriter, Signature
-from vecsample._wire.protocol import OK_MESSAGE, Command, ErrorReport, InfoRecord, Reply
+from vecsample._wire.infos import InfoRecord, InfoWriter, Signature
+from vecsample._wire.protocol import OK_MESSAGE, Command, ErrorReport, Reply
 from vecsample._wire.shm import Lane, Views
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker import rows

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vecsample._wire.protocol import InfoRecord, ResetReply
+from vecsample._wire.infos import InfoRecord
+from vecsample._wire.protocol import ResetReply
 
 
 @dataclass
