@@ -34,7 +34,7 @@ from pathlib import Path
 import tyro
 
 from vecsample.options import AUTO_SPIN_US, usable_cores
-from vecsample.tools.bench import _timed
+from vecsample.tools.bench import timed_run
 from vecsample.tools.bench_backends import Sampler
 
 SOURCE = Path(__file__).with_name("handshake_floor.c")
@@ -99,7 +99,7 @@ def vecsample_run(sampler: Sampler, workers: int, args: Args) -> dict[str, float
     pids = sampler.pids()
     before = [schedstat(p) for p in (os.getpid(), *pids)]
     recvs, start = sampler.sampler.stats()["recvs"], time.perf_counter()
-    _, _, profile = _timed(sampler, args.seconds, workers)
+    _, _, profile = timed_run(sampler, args.seconds, workers)
     wall = time.perf_counter() - start
     spent = [schedstat(p) - b for p, b in zip((os.getpid(), *pids), before, strict=True)]
     assert profile is not None

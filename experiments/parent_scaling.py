@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import tyro
 
-from vecsample.tools.bench import _timed
+from vecsample.tools.bench import timed_run
 from vecsample.tools.bench_backends import Sampler
 
 
@@ -54,7 +54,7 @@ def main(args: Args) -> None:
                                                    args.timeout, partial=kind == "partial")
         for _ in range(args.repeats):
             for c in configs:
-                _, _, profile = _timed(samplers[c], args.seconds, c[0])
+                _, _, profile = timed_run(samplers[c], args.seconds, c[0])
                 assert profile is not None
                 runs[c].append(profile)
     finally:

@@ -98,7 +98,7 @@ def soak(args: Args) -> dict[str, Any]:
         elapsed = time.monotonic() - start
         samples.append({"t_s": elapsed, "steps": received, "parent_rss_mib": rss_mib([me]),
                         "workers_rss_mib": rss_mib(workers)})
-        worker_steps = s._buffers.stats()[:, 1].astype(np.int64)
+        worker_steps = s.worker_stats()["env_steps"].astype(np.int64)
         return {
             "args": asdict(args),
             "parent_steps": int(received),

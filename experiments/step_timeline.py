@@ -3,28 +3,24 @@
 One timeline per ``step()``, parent and workers on one clock; the per-batch breakdown in that
 section of docs/benchmarks.md comes from here.
 
-Each worker records when it picked up a step and when it published it (``time.perf_counter``
-is CLOCK_MONOTONIC, shared by every process); the parent records ``send_all`` and the return of
-``step_recv``. The script patches the worker's step handler, so it runs under ``fork`` (the
-patched module is what the workers inherit). Random actions, as in ``vecsample bench``.
+Each worker records when it picked up its last step and when it published it
+(``VecSampler.worker_stats()``; ``time.perf_counter`` is CLOCK_MONOTONIC, shared by every
+process), read after each batch; the parent records ``send_all`` and the return of
+``step_recv``. Random actions, as in ``vecsample bench``.
 
 Run: ``python -m experiments.step_timeline --num-envs 128 --batches 3000``
 """
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from multiprocessing.sharedctypes import RawArray
-from typing import Any
 
 import numpy as np
 import tyro
 
 from vecsample import VecSampler
-from vecsample._worker import main as worker_module
 
 
 @dataclass
@@ -46,28 +42,12 @@ class Args:
 WARMUP = 300
 
 
-def patch_workers(stamps: Any, batches: int) -> None:
-    """Makes every worker write (pick-up, publish) times of step i into ``stamps[w, i]``."""
-    original = worker_module._Worker._step_posted
-
-    def stamped(self: Any) -> None:
-        i = self.side.seen - 1 - WARMUP
-        start = time.perf_counter()
-        original(self)
-        if 0 <= i < batches:
-            view = np.frombuffer(stamps, dtype=np.float64).reshape(-1, batches, 2)
-            view[self.spec.index, i] = (start, time.perf_counter())
-
-    worker_module._Worker._step_posted = stamped  # type: ignore[method-assign]
-
-
 def run(args: Args) -> dict[str, np.ndarray]:
-    stamps = RawArray(ctypes.c_double, args.num_workers * args.batches * 2)
-    patch_workers(stamps, args.batches)
+    w = np.zeros((args.num_workers, args.batches, 2))
     n = args.num_envs
     spin = None if args.spin_us < 0 else args.spin_us
     with VecSampler(args.env_id, num_envs=n, num_workers=args.num_workers, infos=False,
-                    seed=0, context="fork", spin_us=spin) as s:
+                    seed=0, spin_us=spin) as s:
         s.reset()
         s.single_action_space.seed(0)
         actions = [np.stack([s.single_action_space.sample() for _ in range(n)])
@@ -83,13 +63,13 @@ def run(args: Args) -> dict[str, np.ndarray]:
             t[1, i] = time.perf_counter()
             s.batch(s.step_recv(None))
             t[2, i] = time.perf_counter()
-    w = np.frombuffer(stamps, dtype=np.float64).reshape(args.num_workers, args.batches, 2)
-    if not (w > 0).all():
-        raise RuntimeError("some workers recorded no times: the patch did not reach them "
-                           "(this script needs the fork start method).")
+            stamps = s.worker_stats()  # outside the timed call: the batch is over
+            w[:, i] = np.stack([stamps["step_picked_up"], stamps["step_published"]], axis=1)
     return {
         "step() call": t[2] - t[0],
-        "send_all (check, copy, post)": t[1] - t[0],
+        # send_all ends by yielding the core where the sampler spins: a worker then often
+        # picks its step up before send_all returns (a negative gap below).
+        "send_all (check, copy, post, yield)": t[1] - t[0],
         "send_all returned -> worker picked up (mean of workers)": (w[:, :, 0] - t[1]).mean(0),
         "send_all returned -> worker picked up (later worker)": (w[:, :, 0] - t[1]).max(0),
         "worker stepping its envs (slowest worker)": (w[:, :, 1] - w[:, :, 0]).max(0),

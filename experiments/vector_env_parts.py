@@ -1,7 +1,10 @@
 """Where VectorEnv's ``step`` spends its parent time in the live loop (docs/benchmarks.md).
 
 One ``VectorEnv`` with gymnasium's defaults (NextStep, infos, ``copy=True``) is stepped with
-actions sampled once; each part of ``step`` is timed on its own clock, step by step. The parts
+actions sampled once. The sampler's parts are timed on their own clock, step by step (their
+public methods wrapped on the instance); VectorEnv's own parts, the vector infos and the
+observation copy, come from ``sampler.stats()`` (``vector_infos_s``, ``obs_copy_s``: their total
+time over the timed steps, so their mean per step, with no median). The parts
 that cost VectorEnv more than ``VecSampler.step`` are the vector infos, the observation copy
 and the action-count check; the rest of ``step`` (posting, waiting, reading) is the sampler's
 own. Timed here, right after the wait, the parts run with cold caches: they cost several times
@@ -24,11 +27,12 @@ import tyro
 
 from vecsample import VectorEnv
 
-#: The parts of a step timed on their own: (label, object attribute holding the callable).
-PARTS = (("send_all: check, copy, post", "sampler.send_all"),
-         ("sampler.batch: the merged StepResult", "sampler.batch"),
-         ("vector infos from the columns", "_vector_infos"),
-         ("observation copy (copy=True)", "_observations"))
+#: The sampler's parts of a step, timed call by call: (label, its public method's name).
+PARTS = (("send_all: check, copy, post, yield", "send_all"),
+         ("sampler.batch: the merged StepResult", "batch"))
+#: VectorEnv's own parts, as ``stats()`` reports them: (label, phase).
+PHASES = (("vector infos from the columns", "vector_infos"),
+          ("observation copy (copy=True)", "obs_copy"))
 
 
 @dataclass
@@ -59,19 +63,23 @@ def _timed(obj: Any, name: str, times: list[float]) -> None:
 def measure(envs: VectorEnv, steps: int) -> dict[str, list[float]]:
     """µs per step of every part and of the whole ``step`` (200 warm-up steps not kept)."""
     times: dict[str, list[float]] = {label: [] for label, _ in PARTS}
-    for label, path in PARTS:
-        owner, _, name = path.rpartition(".")
-        _timed(getattr(envs, owner) if owner else envs, name, times[label])
+    for label, name in PARTS:
+        _timed(envs.sampler, name, times[label])
     space = envs.single_action_space
     space.seed(0)
     actions = np.stack([space.sample() for _ in range(envs.num_envs)])
     envs.reset(seed=0)
     whole = []
-    for _ in range(200 + steps):
+    for k in range(200 + steps):
+        if k == 200:
+            before = envs.sampler.stats()
         start = time.perf_counter()
         envs.step(actions)
         whole.append(time.perf_counter() - start)
+    after = envs.sampler.stats()
     out = {label: [t * 1e6 for t in values[200:]] for label, values in times.items()}
+    for label, phase in PHASES:  # one value: the mean per step
+        out[label] = [(after[f"{phase}_s"] - before[f"{phase}_s"]) / steps * 1e6]
     out["the whole step()"] = [t * 1e6 for t in whole[200:]]
     return out
 
@@ -90,7 +98,8 @@ def main(args: Args) -> None:
     print(f"{args.env_id} × {args.num_envs}, {args.workers} workers, {args.steps} steps")
     print(f"{'part of VectorEnv.step':<40}{'median µs':>11}{'mean µs':>10}")
     for label, values in times.items():
-        print(f"{label:<40}{statistics.median(values):>11.1f}{statistics.mean(values):>10.1f}")
+        median = f"{statistics.median(values):>11.1f}" if len(values) > 1 else f"{'—':>11}"
+        print(f"{label:<40}{median}{statistics.mean(values):>10.1f}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:

@@ -231,3 +231,19 @@ def test_soak_100k_steps_counters_match(tmp_path):
     assert result["parent_steps"] == result["worker_steps"] >= 100_000
     assert result["parent_steps_per_worker"] == result["worker_steps_per_worker"]
     assert result["recvs"] > 100 and len(result["rss"]) >= 2
+
+
+def test_worker_stats_give_each_worker_its_counters_and_its_last_steps_times(make_sampler):
+    s = make_sampler(fns(CountingEnv, 4, length=100), num_workers=2)
+    s.reset()
+    before = time.perf_counter()
+    for _ in range(3):
+        s.step(ones(4))
+    after = time.perf_counter()
+    per = s.worker_stats()
+    assert per["env_steps"].tolist() == [6.0, 6.0]  # 3 steps of 2 envs each
+    assert per["env_step_s"].sum() == pytest.approx(s.stats()["env_step_s"])
+    picked, published = per["step_picked_up"], per["step_published"]
+    assert ((before < picked) & (picked <= published) & (published < after)).all()
+    s.step(ones(4))  # a later step moves the stamps: they are the last step's
+    assert (s.worker_stats()["step_picked_up"] > published).all()

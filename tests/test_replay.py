@@ -345,7 +345,6 @@ def test_an_unseeded_run_is_refused_plainly_and_numpy_seeds_are_seeds(make_sampl
 
 
 def test_the_overhead_experiment_runs_on_a_tiny_budget():
-    proc = run_script("replay_overhead", "--seconds", "0.05", "--repeats", "1", "--hook-calls",
-                      "100")
+    proc = run_script("replay_overhead", "--seconds", "0.05", "--repeats", "1")
     assert proc.returncode == 0, proc.stderr
-    assert "| partial + record |" in proc.stdout and "recording took" in proc.stdout
+    assert "| partial + record |" in proc.stdout and "bytes per recv" in proc.stdout

@@ -395,3 +395,15 @@ def test_step_hands_the_core_over_between_posting_and_waiting(make_vector_env, m
     env.step(np.ones(4, dtype=np.int64))
     # send_all yields the core itself now (issue 31); the wait's own spin yields after step_recv.
     assert calls[:3] == ["send_all", "hand_over", "step_recv"]
+
+
+def test_stats_show_what_vector_env_adds_to_a_step(make_vector_env):
+    env = make_vector_env(fns(CountingEnv, 4, length=100), num_workers=2)
+    env.reset(seed=0)
+    stats = env.sampler.stats()
+    assert stats["vector_infos_s"] == stats["obs_copy_s"] == 0.0
+    for _ in range(5):
+        env.step(np.ones(4, dtype=np.int64))
+    stats = env.sampler.stats()
+    assert stats["vector_infos_s"] > 0 and stats["obs_copy_s"] > 0
+    assert stats["vector_infos_pct"] + stats["obs_copy_pct"] < 100

@@ -37,7 +37,7 @@ from vecsample._parent.stepping import StepChannel
 from vecsample._wire import handshake
 from vecsample._wire.handshake import HandshakeState
 from vecsample._wire.protocol import Command, WorkerState
-from vecsample._wire.shm import STAT_FIELDS, SharedBuffers
+from vecsample._wire.shm import STAT_FIELDS, WORKER_FIELDS, SharedBuffers
 from vecsample._wire.spaces import Actions, ActionWriter, leaves
 from vecsample.deprecation import deprecated
 from vecsample.factories import Envs
@@ -420,6 +420,15 @@ class VecSampler:
         ``steps_per_s``."""
         counters = self._buffers.stats().sum(axis=0)
         return self._meter.report({name: float(counters[i]) for i, name in enumerate(STAT_FIELDS)})
+
+    def worker_stats(self) -> dict[str, np.ndarray]:
+        """Each worker's own figures, one entry per worker of the step API (copies): its
+        ``env_step_s`` and ``env_steps`` (their sums are ``stats()``'s), and when it picked up
+        and published its last step (``step_picked_up``, ``step_published``, on
+        ``time.perf_counter``'s clock, which every process shares on Linux): read them after a
+        step_recv to lay that batch out on one clock (experiments/step_timeline.py)."""
+        rows = self._buffers.stats().copy()
+        return {name: rows[:, i] for i, name in enumerate(WORKER_FIELDS)}
 
     @property
     def closed(self) -> bool:

@@ -42,6 +42,11 @@ Lane = dict[str, list[Any]]
 
 #: Per-worker profile counters kept in shared memory (seconds stepping envs, env steps done).
 STAT_FIELDS = ("env_step_s", "env_steps")
+#: Each worker's timeline of its last step, after its counters in the same row: when it picked
+#: the step up and when it published it, on ``time.perf_counter``'s clock (CLOCK_MONOTONIC on
+#: Linux, one clock for every process), so one batch can be laid out parent and workers alike.
+STAMP_FIELDS = ("step_picked_up", "step_published")
+WORKER_FIELDS = STAT_FIELDS + STAMP_FIELDS
 #: Every buffer starts on a cache line of its own: two buffers never share one, and the control
 #: words start 64-byte aligned, as handshake.py's split of a row into two lines needs.
 ALIGN = 64
@@ -255,7 +260,7 @@ class SharedBuffers:
         sizes["rewards"] = n * 8
         for name in ("terminated", "truncated", "has_final_obs", "restarted"):
             sizes[name] = n
-        sizes["stats"] = self.num_slots * len(STAT_FIELDS) * 8
+        sizes["stats"] = self.num_slots * len(WORKER_FIELDS) * 8
         sizes["info_rows"] = 2 * n * ROW_BYTES
         sizes["info_log"] = LOG_BYTES
         return sizes
@@ -333,6 +338,7 @@ class SharedBuffers:
         return self._view("control", np.dtype(np.int64), shape)
 
     def stats(self) -> np.ndarray:
-        """The (num_slots, len(STAT_FIELDS)) float64 counters, written by the workers."""
-        shape = (self.num_slots, len(STAT_FIELDS))
+        """The (num_slots, len(WORKER_FIELDS)) float64 counters and stamps, written by the
+        workers."""
+        shape = (self.num_slots, len(WORKER_FIELDS))
         return self._view("stats", np.dtype(np.float64), shape)

@@ -239,7 +239,7 @@ class _Worker:
         """A step posted through shared memory: step, publish, then send what did not fit in
         shared memory (infos of other types, pickled leaves, new info keys), if anything."""
         assert self.side is not None
-        bits = (0, 0)
+        bits, picked_up = (0, 0), time.perf_counter()
         try:
             if self.action_lane:
                 _receive_actions(self.conn, self.spec)
@@ -259,6 +259,7 @@ class _Worker:
             self._send_error("STEP")
             return
         self.side.info_bits(*bits)
+        self.stats[2], self.stats[3] = picked_up, time.perf_counter()  # before it is published
         self.side.finish(REPLY_PLAIN if message is None else REPLY_MESSAGE)
         if message is not None:
             # Sent after the step is published: a large pickle may need the parent reading.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -41,6 +42,22 @@ SHARED_MEMORY_SPACES = (*FIXED_SPACES, spaces.Text)
 DYNAMIC_SPACES = (spaces.Graph, spaces.Sequence)
 #: A pending asynchronous call: its name ("reset", "step", "call") and its arguments.
 Pending = tuple[str, tuple[Any, ...]]
+
+
+class _Parts:
+    """What ``step_wait`` adds to the sampler's step, timed on every step: building gymnasium's
+    vector infos from the info columns (``vector_infos``) and copying the observations
+    (``obs_copy``, ``copy=True``); ``stats()`` shows them (``vector_infos_s``, ...)."""
+
+    def __init__(self) -> None:
+        self.vector_infos = self.obs_copy = 0.0
+
+    def add(self, vector_infos: float, obs_copy: float) -> None:
+        self.vector_infos += vector_infos
+        self.obs_copy += obs_copy
+
+    def totals(self) -> dict[str, float]:
+        return {"vector_infos": self.vector_infos, "obs_copy": self.obs_copy}
 
 
 class VectorEnv(gym.vector.VectorEnv):
@@ -142,6 +159,8 @@ class VectorEnv(gym.vector.VectorEnv):
         self._ended, self._pickled = np.zeros(s.num_envs, bool), _has_pickled_leaf(obs_space)
         self._pending: Pending | None = None
         self._received: list[StepResult] = []  # steps a timed-out step_wait already received
+        self._parts = _Parts()  # what VectorEnv adds to a step: shown by stats()
+        s.add_phases(self._parts)
 
     def _describe(self, obs_space: Space, act_space: Space,
                   probed: tuple[dict[str, Any], str | None] | None) -> None:
@@ -244,10 +263,13 @@ class VectorEnv(gym.vector.VectorEnv):
         self._pending = None
         v = self._sampler.batch([*self._received, *results])
         self._received = []
+        started = time.perf_counter()
         infos = self._vector_infos(v)
+        built = time.perf_counter()
+        obs = self._observations(v.obs)
+        self._parts.add(built - started, time.perf_counter() - built)
         self._ended = v.terminated | v.truncated
-        return (self._observations(v.obs), v.rewards.copy(), v.terminated.copy(),
-                v.truncated.copy(), infos)
+        return obs, v.rewards.copy(), v.terminated.copy(), v.truncated.copy(), infos
 
     def _vector_infos(self, v: StepResult) -> dict[str, Any]:
         """gymnasium's vector infos of the step ``v``, built from its info columns."""

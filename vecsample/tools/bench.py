@@ -244,7 +244,7 @@ def measure(cfg: Config, args: argparse.Namespace, tick: Any) -> list[Row]:
             for name, done in runs.items():
                 backend = backends[name]
                 assert not isinstance(backend, str)
-                done.append(_timed(backend, args.seconds, cfg.workers))
+                done.append(timed_run(backend, args.seconds, cfg.workers))
                 tick()
         skipped = {n: b for n, b in backends.items() if isinstance(b, str)}
     rows = [_row(cfg, name, runs.get(name, []), skipped.get(name)) for name in args.backends]
@@ -266,8 +266,10 @@ def efficiencies(cfg: Config) -> dict[str, float]:
             for mode in AutoresetMode}
 
 
-def _timed(backend: Backend, seconds: float, workers: int) -> Run:
-    """(steps/s, CPU µs per env step, profile) of one run."""
+def timed_run(backend: Backend, seconds: float, workers: int) -> Run:
+    """One run of ``backend`` for ``seconds``: (steps/s, CPU µs per env step of its processes,
+    and for a VecSampler backend its profile: U and the parent's µs per batch by phase). The
+    bench's own measurement, public for the scripts in experiments/ that reuse it."""
     pids = backend.pids()
     before, stats, parent = cpu_seconds(pids), sampler_stats(backend), time.process_time()
     rate = backend.run(seconds)

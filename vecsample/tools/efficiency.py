@@ -11,7 +11,6 @@ predicts the share of the machine limit a sampler reaches on any number of cores
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -21,9 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample._wire.shm import SharedBuffers
-from vecsample._wire.spec import WorkerSpec
-from vecsample._worker.main import local_step
+from vecsample.inprocess import WorkerLoop
 from vecsample.tools.bench_backends import bare_steps
 from vecsample.tools.policies import ActionTable
 from vecsample.types import AutoresetMode
@@ -51,19 +48,13 @@ def measure(fns: EnvFns, mode: AutoresetMode, infos: bool, seconds: float = 0.1,
     for i, env in enumerate(bare):
         env.reset(seed=i)
     space = bare[0].action_space
-    buffers = SharedBuffers(bare[0].observation_space, space, len(fns), 1)
-    spec = WorkerSpec(index=0, env_fns=fns, env_offset=0, count=len(fns), buffers=buffers,
-                      autoreset_mode=mode,
-                      infos=infos, threads=None, cpu_affinity=None, parent_pid=os.getpid(),
-                      pdeathsig=False)
-    step = local_step(spec, list(range(len(fns))))
+    loop = WorkerLoop(fns, mode, infos, list(range(len(fns))), bare[0].observation_space, space)
     table = ActionTable(space, len(fns)).batches
-    action_view = buffers.views().action_leaves[0]
     bare_us, worker_us = [], []
     for _ in range(repeats):
         steps, spent = bare_steps(bare, table, seconds, clock=time.thread_time)
         bare_us.append(spent / steps * 1e6)
-        worker_us.append(_worker(step, action_view, table, seconds))
+        worker_us.append(_worker(loop.step, loop.actions, table, seconds))
     for env in bare:
         env.close()
     ratios = [b / w for b, w in zip(bare_us, worker_us, strict=True)]

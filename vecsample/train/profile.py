@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, TypedDict
 
-from vecsample._parent.stats import wall_split
+from vecsample.results import wall_split
 
 Clock = Callable[[], float]
 
