@@ -29,7 +29,7 @@ from vecsample import VectorEnv
 
 #: The sampler's parts of a step, timed call by call: (label, its public method's name).
 PARTS = (("send_all: check, copy, post, yield", "send_all"),
-         ("sampler.batch: the merged StepResult", "batch"))
+         ("recv_batch: wait, read every row", "recv_batch"))
 #: VectorEnv's own parts, as ``stats()`` reports them: (label, phase).
 PHASES = (("vector infos from the columns", "vector_infos"),
           ("observation copy (copy=True)", "obs_copy"))

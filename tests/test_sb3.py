@@ -402,11 +402,12 @@ def test_step_hands_the_core_over_between_posting_and_waiting(make_venv, monkeyp
     venv = make_venv(VecEnv, fns(CountingEnv, 4, length=100), num_workers=2)
     venv.reset()
     # A spy on the sampler's calls; nothing of VecEnv's own state is touched.
-    calls = record_calls(venv._sampler, ("send_all", "step_recv"), monkeypatch)
+    calls = record_calls(venv._sampler, ("send_all", "recv_batch"), monkeypatch)
     monkeypatch.setattr(os, "sched_yield", lambda: calls.append("hand_over"))  # send_all's yield
     venv.step(np.ones(4, dtype=np.int64))
-    # send_all yields the core itself now (issue 31); the wait's own spin yields after step_recv.
-    assert calls[:3] == ["send_all", "hand_over", "step_recv"]
+    # send_all yields the core itself now (issue 31), and the wait is recv_batch, the full
+    # batch in one call (issue 32); the wait's own spin may yield after it.
+    assert calls[:3] == ["send_all", "hand_over", "recv_batch"]
 
 
 def test_check_actions_keyword_counts_as_given_when_passed(make_venv):

@@ -144,6 +144,13 @@ class Options:
     """Make each step_recv return the workers recorded in this file, in its order
     (``ReplayDivergedError`` at the first call the log does not have). docs/semantics.md."""
 
+    handshake: str = field(default=AUTO, metadata=TUNING)
+    """The step handshake's code: ``"auto"`` (the C hot path where it was built when vecsample
+    was installed, on x86-64 Linux, else the pure-Python one, saying so once), ``"native"``
+    (the C path; a ConfigError where it cannot run) or ``"python"``. The same protocol and the
+    same results either way; the C path costs the parent and the workers less per step
+    (docs/architecture.md, "The native path")."""
+
     def __post_init__(self) -> None:
         # Frozen, so the normalised values go in through object.__setattr__, before anyone can
         # read the object: every later reader gets the checked form.
@@ -326,6 +333,14 @@ def _path(value: Any, name: str) -> PathArg | None:
     return value
 
 
+def _handshake(value: Any, name: str) -> str:
+    choices = (AUTO, "native", "python")
+    if value not in choices:
+        raise ConfigError(name=name, expected=f"one of {list(choices)}", got=value,
+                          fix="'auto' takes the C path where it was built, else Python")
+    return str(value)
+
+
 def _check_together(options: Options) -> None:
     """The checks that read two fields."""
     if options.record is not None and options.replay is not None:
@@ -363,6 +378,7 @@ CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "pipeline": _flag,
     "record": _path,
     "replay": _path,
+    "handshake": _handshake,
 }
 DEFAULTS = Options()
 

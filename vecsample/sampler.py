@@ -221,14 +221,24 @@ class VecSampler:
     def step_recv(
         self, timeout: float | None = None, *, deadline: float | None = None, copy: bool = False
     ) -> list[StepResult]:
-        """The workers that are done: all running ones (timeout None) or a partial batch.
+        """The workers that are done: all running ones (a full batch) or a partial batch.
 
-        With a float ``timeout`` this waits for the first worker, then returns whichever others
-        finish within ``timeout`` seconds of it. No call lasts longer than ``deadline`` (default:
-        the sampler's): past it, DeadlineExceededError names the hung workers and carries the
-        results received so far; the hung workers stay pending. With ``restart`` a hung or dead
-        worker is respawned after that wait, bounded by ``startup_deadline`` and the sampler's
-        deadline, not by this one. What every ``timeout``, ``deadline`` and ``close(timeout)``
+        Args:
+            timeout: the partial batch's window. None: wait for every worker with a step in
+                flight. A number of seconds: wait for the first worker to finish (however long
+                that takes, up to ``deadline``), then return it with every other that finishes
+                within ``timeout`` seconds after it; 0 returns the first arrival and those
+                already done. It is not a bound on the call: ``deadline`` is.
+            deadline: the most seconds this call may wait (default: the sampler's
+                ``deadline``). Past it, DeadlineExceededError names the hung workers and
+                carries the results received so far; the hung workers stay pending. With
+                ``restart`` a hung or dead worker is respawned after the wait, within
+                ``startup_deadline`` and the sampler's deadline, not this one.
+            copy: return copies instead of views of shared memory (a view is valid until its
+                worker is sent again).
+
+        A worker that finishes after the call returned stays pending and is returned by the
+        next one: nothing is lost or returned twice. What every ``timeout`` and ``deadline``
         of every class bounds: the table in docs/semantics.md.
         """
         self._check_open()
@@ -279,7 +289,27 @@ class VecSampler:
         """Sends every worker its rows of ``actions`` and waits for the full batch."""
         self.send_all(actions)
         signals.raise_held()  # raised before the wait; the workers' steps stay pending
-        return self.batch(self._recv(self._everyone, None, self._wait, False), copy=copy)
+        return self.recv_batch(copy=copy)
+
+    def recv_batch(self, *, deadline: float | None = None, copy: bool = False) -> StepResult:
+        """``batch(step_recv(None, deadline=deadline))`` in one call: every env's data as one
+        StepResult once every pending worker's step is in, with their infos merged.
+
+        Where every worker is stepping (after ``send_all``) and nothing is recorded or
+        replayed, it costs a fixed number of calls whatever the number of workers: one wait
+        for all of them and one read of all the rows (docs/architecture.md, "The full
+        batch"); a worker lost, a deadline or an infos message takes ``step_recv``'s path,
+        with its errors and its restarts."""
+        self._check_open()
+        bound = self._wait if deadline is None else Deadline(check_seconds(deadline, "deadline"))
+        if self._log is NO_LOG and self._states.all_stepping():
+            result = self._channel.collect_batch(bound, copy)
+            if result is not None:
+                return result  # no call after the hand-over: a SIGINT is the next call's
+        pending = self._states.stepping()
+        if not pending:
+            raise errors.NoPendingError()
+        return self.batch(self._recv(pending, None, bound, False), copy=copy)
 
     def _yield_core(self) -> None:
         yielded = time.perf_counter()

@@ -182,9 +182,8 @@ class VecEnv(_SB3VecEnv):
             raise errors.NoPendingError(
                 "step_wait() without a pending step; call step_async(actions) first, or "
                 "step(actions).")
-        results = self._sampler.step_recv(None)
+        v = self._sampler.recv_batch()
         self.waiting = False
-        v = self._sampler.batch(results)
         dones = v.terminated | v.truncated
         infos = [self._info(v, i, bool(dones[i])) for i in range(self.num_envs)]
         return self._observations(v.obs), v.rewards.copy(), dones, infos

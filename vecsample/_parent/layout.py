@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vecsample._parent.startup import resolve_context
+from vecsample._parent.startup import resolve_context, warn_once
+from vecsample._wire import handshake
 from vecsample.errors import ConfigError
 from vecsample.options import AUTO_SPIN_US, Options, usable_cores
 
@@ -48,6 +49,8 @@ class Layout:
     hosted: HostedVector | None = None
     #: What the parent's probe of ``hosted`` found it can do (set once the spaces are read).
     probe: HostedProbe | None = None
+    #: Whether the step handshake runs its C hot path (``options.handshake`` resolved).
+    native: bool = False
 
     # No ``num_workers`` here: ``options.num_workers`` counts the processes, ``num_slots`` the
     # step API's workers.
@@ -89,7 +92,7 @@ class Layout:
             env_fns=envs.fns, options=o, num_envs=envs.count,
             context=resolve_context(o.context), spin_s=spin_seconds(o.spin_us, o.num_workers),
             cpu_affinity=per_slot(check_affinity(o.cpu_affinity, o.num_workers), k),
-            slots_per_process=k, hosted=envs.hosted,
+            slots_per_process=k, hosted=envs.hosted, native=native_handshake(o.handshake),
         )
 
 
@@ -154,6 +157,20 @@ def check_affinity(
                           f"usable here)", fix=f"pick each worker's cores from {cores}, or pass "
                           f"True (one usable core per worker)")
     return sets
+
+
+def native_handshake(requested: str) -> bool:
+    """Whether to run the handshake's C path: "native" insists (a ConfigError where it cannot
+    run), "python" declines, "auto" takes it where it can and says once why not."""
+    if requested == "python" or not handshake.ORDERED:  # forced off (tests) as NATIVE is
+        return False
+    if not handshake.NATIVE:
+        reason = handshake.NATIVE_MISSING or ""
+        if requested == "native":
+            raise ConfigError(name="handshake", expected="'auto' or 'python' here",
+                              got="'native'", fix=reason)
+        warn_once("native", f"{reason}.")
+    return handshake.NATIVE
 
 
 def spin_seconds(spin_us: float | None, num_workers: int) -> float:

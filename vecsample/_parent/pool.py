@@ -108,6 +108,7 @@ class WorkerPool:
         self.procs: list[BaseProcess] = []
         self.conns: list[Connection] = []
         self._owner = os.getpid()
+        self._sentinels: dict[int, list[int]] | None = None  # all of them, until a respawn
         #: The futex that sleeping workers wait on (None: each sleeps on its pipe); rung after
         #: every command and step post (handshake.Bell).
         self.bell = Bell(buffers.control()) if FUTEX and ordered else None
@@ -161,6 +162,7 @@ class WorkerPool:
 
     def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection]]:
         """Starts the process serving workers ``slots``; its pipes, one per worker."""
+        self._sentinels = None  # a new process: a new sentinel
         pipes = [self._ctx.Pipe(duplex=True) for _ in slots]
         others = [c for i, c in enumerate(self.conns) if i not in slots]
         inherited = [*others, *(parent for parent, _ in pipes), self.ring_reader]
@@ -183,6 +185,12 @@ class WorkerPool:
 
     def pids(self) -> list[int]:
         return [int(proc.pid or 0) for proc in self.procs]
+
+    def all_sentinels(self) -> dict[int, list[int]]:
+        """``sentinels`` of every worker, made once and again after each respawn."""
+        if self._sentinels is None:
+            self._sentinels = self.sentinels(range(self.layout.num_slots))
+        return self._sentinels
 
     def sentinels(self, workers: Iterable[int]) -> dict[int, list[int]]:
         """Each process's sentinel fd -> those of ``workers`` it serves (two if pipelined)."""
@@ -395,6 +403,7 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> Worke
         # the worker relies on its watchdog (the parent's death is seen within 0.2 s).
         pdeathsig=threading.current_thread() is threading.main_thread(),
         spin_s=pool.layout.spin_s, ring_writer=pool.ring_writer, ordered=pool._ordered,
+        native=pool.layout.native,
         inherited_conns=inherited if pool.layout.context == "fork" else [],
     )
 

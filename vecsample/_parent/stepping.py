@@ -12,6 +12,7 @@ their pipes are the pool's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import pickle
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -26,8 +27,17 @@ from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
 from vecsample._parent.stats import Meter
 from vecsample._wire import handshake
-from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, HandshakeState, ParentSide
-from vecsample._wire.infos import RESET, STEP, InfoRecord, Schema, read_block
+from vecsample._wire.handshake import (
+    DOORBELL,
+    INFO_RESET,
+    INFO_STEP,
+    REPLY,
+    REPLY_MESSAGE,
+    HandshakeState,
+    NativeParentSide,
+    ParentSide,
+)
+from vecsample._wire.infos import RESET, STEP, InfoRecord, Schema, read_batch, read_block
 from vecsample._wire.protocol import Reply, WorkerState
 from vecsample._wire.shm import SharedBuffers, Views
 from vecsample._wire.spaces import copy_tree
@@ -72,6 +82,15 @@ class Slot:
         return self.unread is None and self.restart is None and not self.clear_flags
 
 
+@dataclass
+class _HandOver:
+    """What one ``deliver`` has done so far, for its undo: the workers it made idle (with the
+    results they held) and what it counted."""
+
+    idle: list[tuple[int, StepResult]] = field(default_factory=list)
+    counted: dict[str, float] = field(default_factory=dict)
+
+
 #: A respawned process's envs made ready again (``Restarts``): given ``slots``, every env's
 #: reset info.
 Reinit = Callable[[range], list[dict[str, Any]]]
@@ -89,8 +108,17 @@ class StepChannel:
         self._states = pool.states
         self._buffers = buffers
         self._action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
-        self._hs = ParentSide(buffers.control(), layout.num_slots, pool.ring_reader,
-                              layout.spin_s, ordered)
+        side = NativeParentSide if layout.native else ParentSide  # chosen once (Layout.native)
+        self._hs = side(buffers.control(), layout.num_slots, pool.ring_reader, layout.spin_s,
+                        ordered)
+        #: The C path's wake-up (fence, who sleeps, one futex call), or None: the Python one.
+        self._native_wake = self._hs.wake if isinstance(self._hs, NativeParentSide) else None
+        self._ordered = ordered
+        control = buffers.control()[:layout.num_slots]
+        #: Every worker's reply kind and info bitmasks: a full batch reads them at once.
+        self._replies = control[:, REPLY]  # views (basic slices): they follow the words
+        self._info_bits = control[:, INFO_STEP:INFO_RESET + 1]
+        assert INFO_RESET == INFO_STEP + 1 and self._info_bits.base is not None
         #: The info columns given out so far (vecsample/_wire/infos.py).
         self._schema = Schema(buffers.infos)
         #: Views of every env's rows, and of each worker's block.
@@ -98,6 +126,7 @@ class StepChannel:
         self.views = [buffers.views(*layout.bounds(w)) for w in range(layout.num_slots)]
         #: Each worker's env ids, computed once (the hot path reads them every step).
         self.blocks = [range(*layout.bounds(w)) for w in range(layout.num_slots)]
+        self._sizes = np.array([len(b) for b in self.blocks])
         #: One record per worker of the step API (``Slot``).
         self.slots = [Slot() for _ in range(layout.num_slots)]
         #: The workers whose record is not blank: what the hot path checks, at no cost per worker.
@@ -171,11 +200,14 @@ class StepChannel:
     def ring(self, workers: Sequence[int]) -> None:
         """Wakes those of ``workers`` that sleep: one futex ring for all where there is one,
         else a pipe write each (handshake.py)."""
-        handshake.fence()
-        if self._pool.bell is not None:
+        if self._native_wake is not None:  # one C call for all of them
+            self._native_wake(workers)
+        elif self._pool.bell is not None:
+            handshake.fence()
             if workers and self._hs.any_sleeping(workers):
                 self._pool.bell.ring(workers)
         else:
+            handshake.fence()
             for w in workers:
                 if self._hs.wants_ring(w):
                     # A dead worker cannot be rung; its sentinel reports it in the next collect,
@@ -223,6 +255,56 @@ class StepChannel:
             self._sleep(got, waiting, _earliest(end, window), now)
         return got
 
+    def collect_batch(self, deadline: Deadline, copy: bool) -> StepResult | None:
+        """Every worker's step of the last ``send_all``, as one StepResult over all the envs,
+        in a fixed number of calls whatever the number of workers: one wait for all of them,
+        one look at their replies, one read of each info column written. None where this path
+        cannot take it: a worker's record is not blank, the steps were not posted together,
+        a worker died or the deadline passed first, or a reply came on a pipe (infos of other
+        types, pickled leaves, an env that raised); the general ``collect`` then takes over and
+        finds the finished steps still unread. A SIGINT once the steps are taken is held for
+        the next call (``signals.commit``): the batch is returned, nothing is lost."""
+        if self._marked or not self._ordered or not self._hs.batch_posted():
+            return None
+        started = time.perf_counter()
+        if not self._wait_batch(deadline.wait_end()) or self._replies.any():
+            return None
+        read = time.perf_counter()  # from here on, the parent's own work (return_s)
+        signals.enter()
+        try:
+            result = self.result_of(None, copy)
+            bits = self._info_bits
+            if bits.any():
+                result.infos.add(read_batch(self._schema, STEP, bits[:, 0], self._sizes), {})
+                result.reset_infos.add(
+                    read_batch(self._schema, RESET, bits[:, 1], self._sizes), {})
+            self._hs.received_all()
+            self._states.transition_all(WorkerState.IDLE)
+            timers = self._timers
+            timers["recvs"] += 1.0
+            timers["workers_received"] += float(len(self.blocks))
+            done = time.perf_counter()
+            timers["wait_s"] += done - started
+            timers["return_s"] += done - read
+        finally:
+            signals.commit()  # the last call: the batch is taken, a SIGINT is the next call's
+        return result
+
+    def _wait_batch(self, end: float | None) -> bool:
+        """Waits until every worker finished (True), or one died or ``end`` passed (False)."""
+        hs, sentinels = self._hs, self._pool.all_sentinels()
+        cpu = time.thread_time()
+        try:
+            while not hs.all_done():
+                now = time.monotonic()
+                if end is not None and now >= end:
+                    return False
+                if hs.wait_all(None if end is None else end - now, sentinels):
+                    return False  # a worker died: the general collect names it
+            return True
+        finally:
+            self._timers["wait_cpu_s"] += time.thread_time() - cpu
+
     def _read_ready(self, got: Collected, waiting: set[int], copy: bool) -> bool:
         """Reads every finished step among ``waiting`` into ``got``; whether there was one."""
         ready = self._hs.ready(waiting)
@@ -257,25 +339,30 @@ class StepChannel:
     def deliver(self, results: list[StepResult], timers: dict[str, float] | None = None,
                 ) -> list[StepResult]:
         """Hands ``results`` over: their workers become idle, and ``timers`` counts them
-        (``workers_received``). A SIGINT before the hand-over is complete undoes it; one after
-        it is raised in the caller's code, which then holds the results."""
-        done: list[tuple[int, StepResult]] = []
-        with signals.undoable(lambda: self._undo(done)):
+        (``recvs``, ``workers_received``). A SIGINT before the hand-over is complete undoes
+        it, count included; one after it is raised in the caller's code, with the hand-over
+        and its count both done (CPython may run a handler as soon as the section's end
+        returns, so nothing is left to do after it)."""
+        did = _HandOver()
+        with signals.undoable(functools.partial(self._undo, did, timers)):
             for r in results:
                 assert r.worker is not None
                 slot = self.slots[r.worker]
                 if slot.unread is not None:
                     self._states.transition(r.worker, WorkerState.IDLE)
-                    done.append((r.worker, slot.unread))
+                    did.idle.append((r.worker, slot.unread))
                     slot.unread = None
                     self._tidy(r.worker)
-            if timers is not None:  # inside: a SIGINT after it raises in the caller's code
-                timers["recvs"] += 1.0
-                timers["workers_received"] += float(len(results))
+            if timers is not None:
+                did.counted = {"recvs": 1.0, "workers_received": float(len(results))}
+                for name, value in did.counted.items():
+                    timers[name] += value
         return results
 
-    def _undo(self, done: list[tuple[int, StepResult]]) -> None:
-        for w, unread in done:
+    def _undo(self, did: _HandOver, timers: dict[str, float] | None) -> None:
+        for name, value in did.counted.items():
+            timers[name] -= value  # type: ignore[index]  # counted only with timers
+        for w, unread in did.idle:
             self._states.transition(w, WorkerState.STEPPING)
             self.slots[w].unread = unread
             self._marked.add(w)

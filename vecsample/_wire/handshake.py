@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import math
 import os
 import platform
@@ -30,7 +31,8 @@ import select
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterable, Sequence
+import types
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
@@ -63,6 +65,14 @@ MAX_SLEEP = 0.05
 
 #: True where stores are seen in program order (x86 TSO); see the module docstring.
 ORDERED = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}
+
+#: The C hot path of the handshake (vecsample/_wire/_native.c), where it was built at install;
+#: None: the pure-Python path below (NATIVE says why not).
+_native: types.ModuleType | None
+try:
+    from vecsample._wire import _native
+except ImportError:  # no C compiler at install, or not Linux on x86-64: pure Python
+    _native = None
 
 #: Linux's futex system call number on this machine, where known.
 _SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98}.get(platform.machine().lower())
@@ -149,6 +159,9 @@ class WorkerSide:
         self.seen = self.words[self.base + SEQ]  # a restarted worker starts where it finds SEQ
         self.schema = (control.shape[0] - 1) * CONTROL_WORDS + SCHEMA
         self.bell = Bell(control) if FUTEX and ordered else None
+        self.bits = (0, 0)  # the info columns of the step under way (info_bits)
+        #: Set by NativeWaiter: the C side's reply for this slot (reply, step bits, reset bits).
+        self.native_finish: Callable[[int, int, int], None] | None = None
 
     def published(self) -> int:
         """How many info columns the parent has published (read before each step)."""
@@ -156,9 +169,8 @@ class WorkerSide:
         return count
 
     def info_bits(self, step: int, reset: int) -> None:
-        """Which info columns this step wrote; before ``finish``, which publishes them."""
-        self.words[self.base + INFO_STEP] = step
-        self.words[self.base + INFO_RESET] = reset
+        """Which info columns this step wrote; ``finish`` publishes them with the step."""
+        self.bits = (step, reset)
 
     def posted(self) -> bool:
         """Whether a new step was posted (and, if so, takes it as seen)."""
@@ -183,7 +195,11 @@ class WorkerSide:
 
     def finish(self, reply: int) -> None:
         """Publishes the end of step ``seen``; the results must already be in shared memory."""
+        if self.native_finish is not None:  # the C waiter took the step: it knows its number
+            self.native_finish(reply, *self.bits)
+            return
         words, base = self.words, self.base
+        words[base + INFO_STEP], words[base + INFO_RESET] = self.bits
         words[base + REPLY] = reply
         words[base + DONE] = self.seen
         fence()
@@ -322,6 +338,10 @@ class ParentSide:
         self.words = control.reshape(-1).data
         self.sleeping = control[:num_workers, SLEEPING]  # a view: every worker's SLEEPING word
         self.seq_words = control[:num_workers, SEQ]  # a view: every worker's SEQ word
+        self.done_words = control[:num_workers, DONE]  # a view: every worker's DONE word
+        #: The SEQ words as the last post_all left them, while that batch is all in flight
+        #: (None once a worker was posted, read or reset on its own): what all_done compares.
+        self._batch: np.ndarray | None = None
         self.parent_sleeping = num_workers * CONTROL_WORDS + PARENT_SLEEPING
         self.ring_fd = ring_reader.fileno()
         os.set_blocking(self.ring_fd, False)
@@ -340,6 +360,7 @@ class ParentSide:
 
     def post(self, w: int) -> None:
         """Starts step number seq+1 on worker ``w`` (its actions are already written)."""
+        self._batch = None
         seq = self.seq[w] + 1
         self.seq[w] = seq
         self.expect[w] = seq
@@ -357,6 +378,23 @@ class ParentSide:
         self.seq_words += 1
         self.seq = self.seq_words.tolist()
         self.expect = list(self.seq)
+        self._batch = self.seq_words.copy()
+
+    def batch_posted(self) -> bool:
+        """Whether the steps in flight were posted together by ``post_all`` (and none was
+        posted, read or reset on its own since): ``all_done`` can then tell when they end."""
+        return self._batch is not None
+
+    def all_done(self) -> bool:
+        """Whether every worker finished the step the last ``post_all`` posted: one
+        vectorised compare."""
+        return self._batch is not None and bool((self.done_words == self._batch).all())
+
+    def received_all(self) -> None:
+        """Marks the step of every worker read (after ``all_done``)."""
+        self.expect = [-1] * len(self.expect)
+        self._batch = None
+        self.rung.clear()
 
     def wants_ring(self, w: int) -> bool:
         """After ``fence()``: whether worker ``w`` sleeps and must be rung through its pipe."""
@@ -381,6 +419,7 @@ class ParentSide:
 
     def received(self, w: int) -> int:
         """Marks worker ``w``'s step as read; returns its reply kind."""
+        self._batch = None
         self.expect[w] = -1
         self.rung.discard(w)
         reply: int = self.words[w * CONTROL_WORDS + REPLY]
@@ -388,6 +427,7 @@ class ParentSide:
 
     def reset_worker(self, w: int) -> None:
         """Before a restart: nothing in flight, counters equal, so the new worker starts clean."""
+        self._batch = None
         self.words[w * CONTROL_WORDS + DONE] = self.seq[w]
         self.words[w * CONTROL_WORDS + SLEEPING] = 0
         self.expect[w] = -1
@@ -400,22 +440,30 @@ class ParentSide:
         returned, their steps unchecked.
         The caller has just found none of ``workers`` ready (``_spin`` yields before it
         looks, ``_sleep`` looks again after announcing itself)."""
-        if self.spin_s > 0 and timeout != 0 and self._spin(workers, timeout):
-            return []
-        return self._sleep(workers, timeout, sentinels)
+        return self._wait(lambda: bool(self.ready(workers)), timeout, sentinels)
 
-    def _spin(self, workers: Collection[int], timeout: float | None) -> bool:
+    def wait_all(self, timeout: float | None, sentinels: dict[int, list[int]]) -> list[int]:
+        """``wait`` for every worker's step of the last ``post_all``: returns when all are
+        done, a worker died or ``timeout`` passed; the dead workers."""
+        return self._wait(self.all_done, timeout, sentinels)
+
+    def _wait(self, finished: Callable[[], bool], timeout: float | None,
+              sentinels: dict[int, list[int]]) -> list[int]:
+        if self.spin_s > 0 and timeout != 0 and self._spin(finished, timeout):
+            return []
+        return self._sleep(finished, timeout, sentinels)
+
+    def _spin(self, finished: Callable[[], bool], timeout: float | None) -> bool:
         end = time.perf_counter() + (self.spin_s if timeout is None
                                      else min(self.spin_s, timeout))
-        ready = self.ready
         while time.perf_counter() < end:
             # Yields first: the worker we wait for may be runnable on this very core.
             os.sched_yield()
-            if ready(workers):
+            if finished():
                 return True
         return False
 
-    def _sleep(self, workers: Collection[int], timeout: float | None,
+    def _sleep(self, finished: Callable[[], bool], timeout: float | None,
                sentinels: dict[int, list[int]]) -> list[int]:
         poller = select.poll()
         poller.register(self.ring_fd, select.POLLIN)
@@ -424,7 +472,7 @@ class ParentSide:
         self.words[self.parent_sleeping] = 1
         fence()
         try:
-            if self.ready(workers):
+            if finished():
                 return []
             limit = MAX_SLEEP if timeout is None else min(max(timeout, 0.0), MAX_SLEEP)
             events = poller.poll(math.ceil(limit * 1e3))
@@ -441,3 +489,92 @@ class ParentSide:
         if not self.ordered:
             self.rung.update(int.from_bytes(data[i:i + 4], "little")
                              for i in range(0, len(data) - 3, 4))
+
+
+# --- the native path ----------------------------------------------------------------------------
+
+#: Whether the C hot path can run here: built, on x86-64 Linux (ordered stores, the futex).
+NATIVE = _native is not None and FUTEX
+#: Why not, in one line, when it cannot (None when it can).
+NATIVE_MISSING = None if NATIVE else (
+    "vecsample's native handshake is not built (no C compiler when vecsample was installed): "
+    "the pure-Python handshake runs instead, with more parent CPU per batch; install a C "
+    "compiler (gcc) and reinstall vecsample to build it"
+    if _native is None and FUTEX else
+    f"vecsample's native handshake runs on x86-64 Linux only (this is {sys.platform} on "
+    f"{platform.machine()}): the pure-Python handshake runs instead")
+
+
+class NativeParentSide(ParentSide):
+    """``ParentSide`` with its hot path in C (``_native.Parent``): post, wake, ready, the
+    waits (the GIL released) and the reads run there, one call each whatever the number of
+    workers. The Python attributes it inherits (``words``, ``snapshot``, ``info_bits``,
+    ``publish``) read the same control words."""
+
+    def __init__(self, control: np.ndarray, num_workers: int, ring_reader: Connection,
+                 spin_s: float, ordered: bool) -> None:
+        super().__init__(control, num_workers, ring_reader, spin_s, ordered)
+        assert _native is not None and ordered, "the native path needs ordered stores"
+        self._c = _native.Parent(control, num_workers, self.ring_fd, self.spin_s)
+        self.post = self._c.post  # type: ignore[method-assign]
+        self.post_all = self._c.post_all  # type: ignore[method-assign]
+        self.received = self._c.received  # type: ignore[method-assign]
+        self.received_all = self._c.received_all  # type: ignore[method-assign]
+        self.reset_worker = self._c.reset_worker  # type: ignore[method-assign]
+        self.wake = self._c.wake
+        self._n = num_workers
+
+    def ready(self, workers: Iterable[int]) -> list[int]:
+        ready: list[int] = self._c.ready(workers)
+        return ready
+
+    def batch_posted(self) -> bool:
+        return True  # the C side checks each worker's own expected step
+
+    def all_done(self) -> bool:
+        return len(self._c.ready(None)) == self._n
+
+    def wait(self, workers: Collection[int], timeout: float | None,
+             sentinels: dict[int, list[int]]) -> list[int]:
+        return self._native_wait(workers, 1, timeout, sentinels)
+
+    def wait_all(self, timeout: float | None, sentinels: dict[int, list[int]]) -> list[int]:
+        return self._native_wait(None, self._n, timeout, sentinels)
+
+    def _native_wait(self, workers: Collection[int] | None, need: int, timeout: float | None,
+                     sentinels: dict[int, list[int]]) -> list[int]:
+        end = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        fired: list[int] = self._c.wait(workers, need, end, list(sentinels))
+        return [w for fd in fired for w in sentinels[fd]]
+
+
+class NativeWaiter:
+    """``Waiter`` with its hot path in C (``_native.Worker``): the spin on the SEQ words, the
+    sleep on the futex and the reply run there, the GIL released while it waits. The commands
+    are read here, off the slot's pipe, as ``Waiter`` reads them."""
+
+    def __init__(self, sides: Sequence[WorkerSide]) -> None:
+        assert _native is not None
+        first = sides[0]
+        control = np.frombuffer(first.words, dtype=np.int64).reshape(-1, CONTROL_WORDS)
+        self.sides = list(sides)
+        self.live = list(range(len(sides)))
+        self._c = _native.Worker(control, control.shape[0] - 1, [s.index for s in sides],
+                                 [s.conn.fileno() for s in sides], first.ring_fd, first.spin_s)
+        for i, side in enumerate(sides):
+            side.native_finish = functools.partial(self._c.finish, i)
+
+    def close(self, slot: int) -> None:
+        self.live.remove(slot)
+        self._c.close_slot(slot)
+
+    def next(self) -> tuple[int, bytes | None]:
+        """(slot, None) when a step was posted to ``slot``, else (slot, its next command
+        message). EOFError or OSError: the parent is gone."""
+        while True:
+            slot, posted = self._c.next()
+            if posted:
+                return slot, None
+            message = self.sides[slot].conn.recv_bytes()
+            if message != DOORBELL:
+                return slot, message

@@ -270,6 +270,27 @@ def read_block(schema: Schema, table: int, lo: int, hi: int, bits: int) -> Block
     return lo, out
 
 
+def read_batch(schema: Schema, table: int, bits: np.ndarray, sizes: np.ndarray) -> Block:
+    """``read_block`` for every row at once, after a full batch: each column any worker wrote
+    is copied once for all rows; a worker that did not write it this step (its bit clear in
+    ``bits``, one bitmask per worker, whose blocks have ``sizes`` rows) shows none of it."""
+    values, present = schema.values[table], schema.present[table]
+    union = int(np.bitwise_or.reduce(bits))
+    out = []
+    while union:
+        low = union & -union
+        index = low.bit_length() - 1
+        shown, column = present[:, index].copy(), values[index].copy()
+        wrote = (bits & low).astype(bool)
+        if not wrote.all():  # the stale rows of the workers that did not write it this step
+            stale = ~np.repeat(wrote, sizes)
+            shown[stale] = False
+            column[stale] = 0  # as a worker writes the rows of its envs without the key
+        out.append((schema.columns[index], column, shown))
+        union ^= low
+    return 0, out
+
+
 class InfoMap(MutableMapping[int, dict[str, Any]]):
     """Infos by global env id, like a dict; built from column copies only when first read.
 

@@ -126,6 +126,9 @@ class WorkerStates:
     def all_idle(self) -> bool:
         return self.current.count(WorkerState.IDLE) == len(self.current)  # one C-level count
 
+    def all_stepping(self) -> bool:
+        return self.current.count(WorkerState.STEPPING) == len(self.current)
+
     def expect_idle(self, w: int, call: str) -> None:
         """Raises unless worker ``w`` can take ``call`` now (restart heals lost ones first)."""
         state = self.current[w]

@@ -63,3 +63,5 @@ class WorkerSpec:
     ordered: bool = True
     #: The block's batch-native vector env, built once for all its rows (None: ``env_fns``).
     hosted: HostedVector | None = None
+    #: Whether the worker waits and replies through the handshake's C path (Layout.native).
+    native: bool = False

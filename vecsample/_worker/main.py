@@ -23,7 +23,14 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, Waiter, WorkerSide
+from vecsample._wire.handshake import (
+    DOORBELL,
+    REPLY_MESSAGE,
+    REPLY_PLAIN,
+    NativeWaiter,
+    Waiter,
+    WorkerSide,
+)
 from vecsample._wire.infos import InfoRecord, InfoWriter, Signature
 from vecsample._wire.protocol import OK_MESSAGE, Command, ErrorReport, Reply
 from vecsample._wire.shm import Lane, Views
@@ -61,7 +68,9 @@ def serve(workers: Sequence[_Worker]) -> None:
     for worker in workers:  # slot i of the Waiter is workers[i]
         assert worker.side is not None  # only local_step builds one without a pipe; it never serves
         sides.append(worker.side)
-    waiter = Waiter(sides)
+    # The C waiter where the parent chose the native path (the same protocol: the parent's
+    # choice, made once, applies to both ends).
+    waiter = NativeWaiter(sides) if workers[0].spec.native else Waiter(sides)
     while waiter.live:
         try:
             slot, message = waiter.next()

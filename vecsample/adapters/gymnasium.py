@@ -253,7 +253,7 @@ class VectorEnv(gym.vector.VectorEnv):
         """
         self._expect_pending("step")
         try:
-            results = _recv_step(self._sampler, timeout)
+            v = _recv_batch(self._sampler, timeout, self._received)
         except errors.DeadlineExceededError as exc:
             self._received.extend(exc.results)
             raise
@@ -261,7 +261,6 @@ class VectorEnv(gym.vector.VectorEnv):
             self._pending = None
             raise
         self._pending = None
-        v = self._sampler.batch([*self._received, *results])
         self._received = []
         started = time.perf_counter()
         infos = self._vector_infos(v)
@@ -595,11 +594,15 @@ def _env_errors() -> Iterator[None]:
         raise _reported([exc]) from exc.__cause__
 
 
-def _recv_step(sampler: VecSampler, timeout: float | None) -> list[StepResult]:
-    """Every pending worker's step. If envs raise, the other workers' steps are read too (none
-    is left in flight), and every error is reported as AsyncVectorEnv reports them."""
+def _recv_batch(sampler: VecSampler, timeout: float | None,
+                received: list[StepResult]) -> StepResult:
+    """Every pending worker's step, with those a timed-out ``step_wait`` already received, as
+    one StepResult. If envs raise, the other workers' steps are read too (none is left in
+    flight), and every error is reported as AsyncVectorEnv reports them."""
     try:
-        return sampler.step_recv(None, deadline=timeout)
+        if not received:
+            return sampler.recv_batch(deadline=timeout)
+        return sampler.batch([*received, *sampler.step_recv(None, deadline=timeout)])
     except errors.WorkerError as exc:
         failures = [exc, *exc.others]  # every worker lost in the wait, each read once
     raise _reported(failures) from failures[-1].__cause__
