@@ -14,7 +14,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import kill_and_wait
 
 import vecsample
 from vecsample import HostedVector, VecSampler, errors
@@ -161,31 +160,6 @@ def test_a_partial_reset_of_a_hosted_sync_vector_env_resets_only_the_masked_rows
     obs, infos = sampler.reset(mask=mask)
     assert obs[:, 1].tolist() == [0.0 if m else 1.0 for m in mask]  # t: back to 0 where reset
     assert [bool(info) for info in infos] == mask.tolist()  # episode_index, reset rows only
-
-
-# --- partial batches -----------------------------------------------------------------------------
-
-
-def test_partial_batches_of_hosted_workers_lose_and_repeat_nothing(make_sampler):
-    sampler = make_sampler(HostedVector(functools.partial(counting_sync, length=10_000)),
-                           num_envs=N, num_workers=W, infos=False, autoreset_mode="NextStep")
-    sampler.reset(seed=0)
-    sent = [0] * W
-    ones = np.ones(B, dtype=np.int64)
-    for w in range(W):
-        sampler.step_send(w, ones)
-        sent[w] += 1
-    received = [0] * W
-    for _ in range(200):
-        for r in sampler.step_recv(timeout=0.0):
-            received[r.worker] += 1
-            # t counts the steps this worker's envs took since the reset: none lost or doubled
-            assert r.obs[:, 1].tolist() == [float(received[r.worker])] * B
-            sampler.step_send(r.worker, ones)
-            sent[r.worker] += 1
-    for r in sampler.step_recv(None):
-        received[r.worker] += 1
-    assert received == sent
 
 
 # --- failures, restarts, refusals ----------------------------------------------------------------
@@ -539,27 +513,6 @@ def test_a_hosted_env_that_freezes_ended_rows_steps_like_the_bare_loop_with_froz
     steps = [expected[2 + 5 * t: 7 + 5 * t] for t in range(7)]  # those before the reset
     frozen = sum(int((a[2] | a[3]).sum()) for a in steps[:-1])  # rows frozen at the next step
     assert frozen > N  # many frozen rows were compared
-
-
-# --- restart: a killed hosted worker is rebuilt --------------------------------------------------
-
-
-@pytest.mark.parametrize("mode", ["NextStep", "Disabled"])
-def test_a_killed_hosted_worker_restarts_rebuilt_reset_and_flagged(make_sampler, mode):
-    sampler = make_sampler(HostedVector(functools.partial(counting_sync, mode=mode,
-                                                          length=10_000)),
-                           num_envs=N, num_workers=W, restart=True, seed=0, autoreset_mode=mode)
-    sampler.reset()
-    ones = np.ones(N, dtype=np.int64)
-    sampler.step(ones)
-    kill_and_wait(sampler.worker_pids()[1])
-    r = sampler.step(ones)
-    assert r.restarted.tolist() == r.truncated.tolist() == [False] * B + [True] * B
-    assert r.obs[:, 1].tolist() == [2.0] * B + [0.0] * B  # worker 1: rebuilt and reset
-    assert [w for w, _ in sampler.restart_log] == [1]
-    r = sampler.step(ones)  # and it goes on: flags cleared, every env stepping
-    assert not r.restarted.any() and r.obs[:, 1].tolist() == [3.0] * B + [1.0] * B
-
 
 
 def test_the_renamed_keywords_keep_their_old_names_for_a_release(monkeypatch):

@@ -18,7 +18,6 @@ import gymnasium as gym
 import helpers
 import numpy as np
 import pytest
-from helpers import kill_and_wait
 
 import vecsample.envs  # registers the batch ids
 from vecsample import HostedVector, VecSampler
@@ -28,7 +27,6 @@ from vecsample.envs.mujoco_batch.errors import (
     TaskCountError,
     UnknownKeywordError,
 )
-from vecsample.seeding import env_seeds, restart_seed
 
 pytest.importorskip("mujoco")
 
@@ -351,47 +349,6 @@ def test_hosted_task_envs_take_one_task_per_env_through_the_sampler(make_sampler
             np.testing.assert_array_equal(a[1], b[1], err_msg=f"rewards at {k}", strict=True)
             velocities = [a[5][i]["task"]["velocity"] for i in range(HN)]
             assert velocities == [t["velocity"] for t in tasks]
-
-
-def test_partial_batches_of_hosted_batch_envs_lose_and_repeat_nothing(make_sampler):
-    def run(partial: bool) -> list[list[np.ndarray]]:
-        sampler = make_sampler(HostedVector("HopperBatch-v5", env_kwargs={"max_episode_steps": 7}),
-                               num_envs=HN, num_workers=HW, seed=5)
-        sampler.reset()
-        seen: list[list[np.ndarray]] = [[] for _ in range(HW)]
-        sent = [0] * HW
-        for w in range(HW):
-            sampler.step_send(w, np.full((HB, 3), 0.1 * (w + 1), dtype=np.float32))
-        while min(len(s) for s in seen) < 15:
-            for r in sampler.step_recv(timeout=0.0 if partial else None, copy=True):
-                seen[r.worker].append(r.obs)
-                sent[r.worker] += 1
-                sampler.step_send(r.worker, np.full((HB, 3), 0.1 * (r.worker + 1) * (
-                    -1) ** sent[r.worker], dtype=np.float32))
-        sampler.step_recv(None)
-        return [s[:15] for s in seen]
-
-    for a, b in zip(run(partial=True), run(partial=False), strict=True):
-        np.testing.assert_array_equal(np.stack(a), np.stack(b))
-
-
-def test_a_killed_hosted_worker_restarts_with_its_envs_reseeded(make_sampler):
-    sampler = make_sampler(HostedVector("HalfCheetahBatch-v5"), num_envs=HN, num_workers=HW,
-                           restart=True, seed=11)
-    sampler.reset()
-    actions = np.full((HN, 6), 0.3, dtype=np.float32)
-    sampler.step(actions)
-    kill_and_wait(sampler.worker_pids()[1])
-    r = sampler.step(actions)
-    assert r.restarted.tolist() == r.truncated.tolist() == [False] * HB + [True] * HB
-    fresh = gym.make_vec("HalfCheetahBatch-v5", HB, vectorization_mode="vector_entry_point")
-    try:
-        seeds = [restart_seed(s, 1) for s in env_seeds(11, HN)[HB:]]
-        np.testing.assert_array_equal(r.obs[HB:], fresh.reset(seed=seeds)[0])
-    finally:
-        fresh.close()
-    r = sampler.step(actions)
-    assert not r.restarted.any() and np.isfinite(r.obs).all()
 
 
 def test_a_recorded_partial_run_of_hosted_batch_envs_replays_the_same(make_sampler, tmp_path):

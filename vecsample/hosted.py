@@ -47,7 +47,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,6 +211,32 @@ def probe_spaces(hosted: HostedVector, mode: AutoresetMode, obs: Space | None,
         raise HostedEnvError(feature=f"the spaces {obs} / {act}", reason=f"leaves {pickled} have "
                              "no fixed shape", fix="host envs of fixed-shape spaces only")
     return obs, act, found
+
+
+def block_seed(env: gym.vector.VectorEnv,
+               seeds: Sequence[int | None]) -> int | list[int | None] | None:
+    """What a hosted ``env``'s ``reset`` gets as ``seed`` for its block's per-env ``seeds``: the
+    list, for an env whose ``reset`` takes one (``takes_seed_list``); else the first env's seed
+    (an env with one generator for the whole batch); None when no env is seeded. The worker
+    seeds its block with it, and ``vecsample.testing.SamplerContract`` its serial reference."""
+    if all(s is None for s in seeds):
+        return None
+    if takes_seed_list(env):
+        return list(seeds)
+    return next(s for s in seeds if s is not None)
+
+
+def takes_seed_list(env: gym.vector.VectorEnv) -> bool:
+    """Whether ``reset`` takes a list of per-env seeds: gymnasium's own vector envs do; another
+    env says so in the annotation of its ``seed`` parameter (``list[int | None]``...)."""
+    if isinstance(env.unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+        return True
+    try:
+        param = inspect.signature(env.reset).parameters.get("seed")
+    except (TypeError, ValueError):
+        return False
+    note = "" if param is None else str(param.annotation)
+    return "list" in note or "Sequence" in note
 
 
 def check_command(probe: HostedProbe | None, command: Command) -> None:

@@ -15,7 +15,6 @@ other env (``hosted.check_not_ended``).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +28,14 @@ from vecsample._wire.spaces import unflatten
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.rows import obs_writer
 from vecsample.errors import EnvOutputError, HostedEnvError
-from vecsample.hosted import HostedVector, attr_setter, env_name, missing, task_setter
+from vecsample.hosted import (
+    HostedVector,
+    attr_setter,
+    block_seed,
+    env_name,
+    missing,
+    task_setter,
+)
 from vecsample.types import AutoresetMode, Space
 
 #: gymnasium's vector info keys for the SAME_STEP autoreset's final step.
@@ -52,14 +58,13 @@ class HostedBlock:
         self.after_step = {AutoresetMode.SAME_STEP: self._same_step,
                            AutoresetMode.NEXT_STEP: self._next_step,
                            AutoresetMode.DISABLED: self._disabled}[self.mode]
-        self.seed_list = self.masks = False  # set by build(), from the env
+        self.masks = False  # set by build(), from the env
 
     def build(self) -> None:
         buffers = self.spec.buffers
         env = self.hosted.build(self.count, self.mode)
         _check_spaces(env, buffers.observation_space, buffers.action_space)
         self.env = env
-        self.seed_list = _takes_seed_list(env)
         self.masks = _masks_resets(env)
 
     def step(self, records: list[InfoRecord]) -> None:
@@ -131,7 +136,7 @@ class HostedBlock:
                     "cannot reset part of its batch", fix="reset whole blocks, or host a "
                     "SyncVectorEnv or an env with supports_reset_mask = True")
             options = {**(options or {}), "reset_mask": np.array(mask, dtype=bool)}
-        seed: Any = self._seed(seeds)  # gymnasium's VectorEnv annotates only int seeds
+        seed: Any = block_seed(self.env, seeds)  # VectorEnv annotates only int seeds
         obs, infos = self.env.reset(seed=seed, options=options)
         v = self.views
         _put_obs(v.obs_leaves, obs, v)
@@ -140,15 +145,6 @@ class HostedBlock:
             flags[rows] = False
         split = _split(infos, self.count)
         return [(j, split.get(j, {})) for j in np.flatnonzero(rows).tolist()], None
-
-    def _seed(self, seeds: Sequence[int | None]) -> int | list[int | None] | None:
-        """The block's per-env seeds as a list, for an env whose reset takes one; else the
-        first env's seed (an env with one generator for the whole batch)."""
-        if all(s is None for s in seeds):
-            return None
-        if self.seed_list:
-            return list(seeds)
-        return next(s for s in seeds if s is not None)
 
     def call(self, payload: tuple[str, tuple[Any, ...], dict[str, Any]]) -> list[Any]:
         """``name`` of the vector env, called once if callable; the same value for each row."""
@@ -254,19 +250,6 @@ def _check_spaces(env: gym.vector.VectorEnv, obs: Space, act: Space) -> None:
             raise HostedEnvError(feature=f"single_{what}_space", reason=f"this worker's vector "
                                  f"env has {got}, the sampler {expected}", fix="build the "
                                  "same spaces for every block size")
-
-
-def _takes_seed_list(env: gym.vector.VectorEnv) -> bool:
-    """Whether ``reset`` takes a list of per-env seeds: gymnasium's own vector envs do; another
-    env says so in the annotation of its ``seed`` parameter (``list[int | None]``...)."""
-    if isinstance(env.unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
-        return True
-    try:
-        param = inspect.signature(env.reset).parameters.get("seed")
-    except (TypeError, ValueError):
-        return False
-    note = "" if param is None else str(param.annotation)
-    return "list" in note or "Sequence" in note
 
 
 def _masks_resets(env: gym.vector.VectorEnv) -> bool:
