@@ -27,7 +27,7 @@ from ray.cluster_utils import Cluster
 
 from vecsample import errors
 from vecsample.ray import Chunk, RaySampler
-from vecsample.ray.sampler import KILL_GRACE_S
+from vecsample.ray.actor import KILL_GRACE_S
 from vecsample.testing import CountingEnv, DyingEnv, FixedActionPolicy, fns
 
 ENVS = 4
