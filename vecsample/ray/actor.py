@@ -18,14 +18,13 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import gymnasium as gym
 import numpy as np
 import ray
 
 from vecsample import errors
-from vecsample._wire.spaces import Leaf, leaves
 from vecsample.options import Options
 from vecsample.sampler import VecSampler
 from vecsample.types import AutoresetMode, EnvFn
@@ -107,8 +106,8 @@ class ChunkCollector:
             )
         self.sampler = sampler
         self.policy = policy
-        self._obs_leaf = _single_leaf(sampler.single_observation_space, "observation")
-        self._act_leaf = _single_leaf(sampler.single_action_space, "action")
+        self._obs_array = _single_array(sampler.single_observation_space, "observation")
+        self._act_array = _single_array(sampler.single_action_space, "action")
         obs, _ = sampler.reset(seed=seed)
         self._obs = np.array(obs)  # our own copy: the views are overwritten by the next step
         self._returns = np.zeros(sampler.num_envs, np.float64)
@@ -118,10 +117,10 @@ class ChunkCollector:
         """Runs ``length`` steps of every env; the envs carry on from chunk to chunk."""
         n = self.sampler.num_envs
         chunk = Chunk(
-            obs=_empty(length, n, self._obs_leaf), actions=_empty(length, n, self._act_leaf),
+            obs=_empty(length, n, self._obs_array), actions=_empty(length, n, self._act_array),
             rewards=np.empty((length, n), np.float32),
             terminated=np.empty((length, n), np.bool_), truncated=np.empty((length, n), np.bool_),
-            final_obs=np.zeros((length, n, *self._obs_leaf.shape), self._obs_leaf.dtype),
+            final_obs=np.zeros((length, n, *self._obs_array.shape), self._obs_array.dtype),
             next_obs=self._obs, extras={}, episode_returns=np.empty(0),
             episode_lengths=np.empty(0, np.int64),
         )
@@ -166,18 +165,29 @@ class ChunkCollector:
         self.sampler.close()
 
 
-def _single_leaf(space: gym.Space[Any], what: str) -> Leaf:
-    found = leaves(space)
-    if len(found) != 1 or found[0].path:
+class _Array(NamedTuple):
+    """The one array of a space, per env: its shape and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+
+#: The spaces whose samples are one fixed-shape array (a Chunk stores each as one numpy array).
+_ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                gym.spaces.MultiBinary)
+
+
+def _single_array(space: gym.Space[Any], what: str) -> _Array:
+    if not isinstance(space, _ARRAY_SPACES):
         raise errors.UnsupportedSpaceError(
             f"RaySampler needs a single-array {what} space (Box, Discrete, MultiDiscrete, "
             f"MultiBinary), got {space}; flatten it with a gymnasium wrapper."
         )
-    return found[0]
+    return _Array(tuple(space.shape or ()), np.dtype(space.dtype))
 
 
-def _empty(length: int, n: int, leaf: Leaf) -> np.ndarray:
-    return np.empty((length, n, *leaf.shape), leaf.dtype)
+def _empty(length: int, n: int, array: _Array) -> np.ndarray:
+    return np.empty((length, n, *array.shape), array.dtype)
 
 
 # --- policies ----------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ import ray
 from ray.exceptions import RayActorError
 
 from vecsample import errors
-from vecsample.config import DEFAULT_DEADLINE, check_int, check_seconds, env_factories
-from vecsample.options import Options, adapted
+from vecsample.config import env_factories  # to vecsample.factories once config.py goes
+from vecsample.options import DEFAULT_DEADLINE, Options, adapted, check_int, check_seconds
 from vecsample.ray.actor import ActorSpec, Chunk, Policy, remote_actor_class
 from vecsample.ray.errors import ActorsLostError
 from vecsample.seeding import child_seeds
