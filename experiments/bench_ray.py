@@ -84,7 +84,7 @@ def measure_ray(args: Args) -> tuple[float, float]:
     with RaySampler(args.env_id, functools.partial(TorchPolicy, ArgmaxMLP),
                     num_envs=args.envs_per_actor, num_actors=args.actors,
                     workers_per_actor=args.workers_per_actor, chunk_length=args.chunk_length,
-                    seed=0, sampler_kwargs={"infos": False}) as sampler:
+                    seed=0, infos=False) as sampler:
         sampler.recv()  # warm-up: the pipeline is full from here on
         start = time.perf_counter()
         chunks = [c for _ in range(args.rounds) for c in sampler.recv()]

@@ -6,4 +6,4 @@ from vecsample.errors import VecSampleError
 
 
 class ActorsLostError(VecSampleError, RuntimeError):
-    """Every Ray actor of a RaySampler died more often than ``max_restarts`` allows."""
+    """Every Ray actor of a RaySampler died more often than ``actor_restarts`` allows."""

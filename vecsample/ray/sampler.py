@@ -13,7 +13,7 @@ requests, and hands their chunks back.
   ``ray.wait``). Refs not returned stay pending and come back from a later ``recv``: nothing is
   dropped or returned twice.
 * Faults: an actor that dies loses only its in-flight chunks (counted in ``stats()``); Ray
-  restarts it (``max_restarts``) and the next request carries the weights again. Crashes of env
+  restarts it (``actor_restarts``) and the next request carries the weights again. Crashes of env
   processes inside an actor stay the local VecSampler's job.
 
 This package is the only one that imports ``ray``; ``import vecsample`` never does.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,16 @@ from vecsample.seeding import child_seeds
 from vecsample.types import AutoresetMode, EnvFn
 
 __all__ = ["RaySampler"]
+
+#: How often Ray may rebuild each dead actor, by default (``RaySampler(actor_restarts=)``).
+ACTOR_RESTARTS = 3
+#: RaySampler's own knobs that once had the name of an ``Options`` field, by their old name.
+#: The old name is a deprecated alias for one release; after it, it stays refused by name, so
+#: that ``RaySampler(max_restarts=5)`` never silently becomes the Options field of that name.
+RENAMED = {"max_restarts": "actor_restarts", "deadline": "start_deadline"}
+#: The own knobs' defaults, to tell a new name that was given from one left alone.
+_OWN_DEFAULTS: dict[str, Any] = {"actor_restarts": ACTOR_RESTARTS,
+                                 "start_deadline": DEFAULT_DEADLINE}
 
 #: The totals of ``RaySampler.stats()`` counted as chunks come and go.
 COUNTERS = ("requests", "chunks", "env_steps", "chunks_lost", "actor_deaths", "wait_s")
@@ -81,7 +92,7 @@ def _fixed(workers_per_actor: int) -> dict[str, tuple[Any, str]]:
     }
 
 
-def _start_actor(spec: ActorSpec, max_restarts: int) -> _Slot:
+def _start_actor(spec: ActorSpec, actor_restarts: int) -> _Slot:
     """Asks Ray for the actor of ``spec``; it builds itself in the background."""
     handle = remote_actor_class().options(
         # num_cpus = the env processes it spawns: they are the load Ray must not oversubscribe
@@ -89,8 +100,8 @@ def _start_actor(spec: ActorSpec, max_restarts: int) -> _Slot:
         num_cpus=spec.options.num_workers,
         # SPREAD (best effort): one actor per node when there are as many actors as nodes.
         scheduling_strategy="SPREAD",
-        # Ray rebuilds a dead actor (same spec) up to max_restarts times...
-        max_restarts=max_restarts,
+        # Ray rebuilds a dead actor (same spec) up to actor_restarts times...
+        max_restarts=actor_restarts,
         # ...but never re-runs a chunk that was in flight: it is dropped and counted instead.
         max_task_retries=0,
     ).remote(spec)
@@ -119,7 +130,7 @@ class RaySampler:
         workers_per_actor: Env processes per actor; must divide the envs of an actor. Each
             actor reserves that many CPUs from Ray (``num_cpus``), so a node with fewer free
             CPUs never gets it: the actors then never start and the constructor raises after
-            ``deadline``.
+            ``start_deadline``.
         chunk_length: Steps of every env in one chunk.
         weights: Initial weights for the actors' policies, sent as with ``set_weights``
             (version 1); None keeps the weights ``policy_fn`` built (version 0).
@@ -129,26 +140,33 @@ class RaySampler:
         in_flight: Requests kept queued per actor (2: the actor samples the next chunk while
             the trainer works on this one). Chunks already queued finish under the weights they
             were sent with; each chunk's ``version`` says which.
-        max_restarts: How often **Ray** may rebuild each dead **actor** (Ray's actor option of
-            that name). The chunks in flight on a dead actor are lost and counted in
+        actor_restarts: How often **Ray** may rebuild each dead **actor** (Ray's actor option
+            ``max_restarts``). The chunks in flight on a dead actor are lost and counted in
             ``stats()``, never re-run; an actor that dies more often is retired. Not
             ``Options.max_restarts``, which bounds how often each actor's VecSampler respawns
             one of its env processes (with ``restart=True``): set that one in ``options``.
-        deadline: Seconds the actors may take to start, and one full ``recv`` may wait; None
-            waits forever. Each actor's VecSampler has its own, ``Options.deadline``.
+        start_deadline: Seconds the actors may take to start, and one full ``recv`` may wait;
+            None waits forever. Each actor's VecSampler has its own, ``Options.deadline``.
         options: Each actor's ``VecSampler``'s ``vecsample.Options`` (``context``, ``infos``,
             ``restart``, ...). This class sets ``num_workers`` (``workers_per_actor``),
             ``autoreset_mode`` ('SameStep') and ``seed`` (per actor, from ``seed``): setting
             them here is a ConfigError.
-        sampler_kwargs: ``Options`` fields by name, applied on top of ``options``; an unknown
-            name is a ConfigError naming the closest field.
+        **overrides: ``Options`` fields by name, applied on top of ``options`` (as
+            ``VecSampler(env_fns, options=..., **overrides)`` takes them); an unknown name is a
+            ConfigError naming the closest field. ``max_restarts`` and ``deadline`` are not
+            taken here: on this class they are the deprecated names of ``actor_restarts`` and
+            ``start_deadline``; set the Options fields of those names through ``options=``.
+
+    Deprecated (for one release, each with a ``FutureWarning``; they keep their old meaning):
+        ``max_restarts=``: ``actor_restarts``. ``deadline=``: ``start_deadline``.
+        ``sampler_kwargs={...}``: the same fields as ``**overrides``, or in ``options=``.
 
     Raises:
         ConfigError: An argument or option has the wrong type or range (a count below 1, a
-            negative ``max_restarts`` or ``deadline``, an env id without ``num_envs``, an
-            unknown option, ...), before Ray is started.
-        DeadlineExceededError: The actors were not all built within ``deadline`` (not enough
-            free CPUs on the cluster, or slow env builds). Every actor started is killed.
+            negative ``actor_restarts`` or ``start_deadline``, an env id without ``num_envs``,
+            an unknown option, ...), before Ray is started.
+        DeadlineExceededError: The actors were not all built within ``start_deadline`` (not
+            enough free CPUs on the cluster, or slow env builds). Every actor started is killed.
         ray.exceptions.RayActorError: An actor failed to build (an env factory or
             ``policy_fn`` raised, or a space is not a single array); the message carries the
             actor's traceback.
@@ -186,20 +204,30 @@ class RaySampler:
         weights: Any = None,
         seed: int | None = None,
         in_flight: int = 2,
-        max_restarts: int = 3,
-        deadline: float | None = DEFAULT_DEADLINE,
+        actor_restarts: int = ACTOR_RESTARTS,
+        start_deadline: float | None = DEFAULT_DEADLINE,
         options: Options | None = None,
-        sampler_kwargs: dict[str, Any] | None = None,
+        **overrides: Any,
     ) -> None:
         self._closed = True  # until the actors are up
+        # Everything is checked before Ray is started (a ConfigError costs no cluster).
+        overrides, own = _renamed(overrides, actor_restarts=actor_restarts,
+                                  start_deadline=start_deadline)
         fns = env_factories(env_fns, num_envs, env_kwargs)
         self.chunk_length = check_int(chunk_length, "chunk_length")
         self.in_flight = check_int(in_flight, "in_flight")
-        self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0)
+        self.actor_restarts = check_int(own["actor_restarts"], "actor_restarts", minimum=0)
         self.workers_per_actor = check_int(workers_per_actor, "workers_per_actor")
-        self.deadline = check_seconds(deadline, "deadline")
-        self.options = adapted(options, dict(sampler_kwargs or {}), where="RaySampler",
-                               fixed=_fixed(self.workers_per_actor))  # before Ray starts
+        self.start_deadline = check_seconds(own["start_deadline"], "start_deadline")
+        self.options = adapted(options, overrides, where="RaySampler",
+                               fixed=_fixed(self.workers_per_actor))
+        self._start(fns, policy_fn, num_actors, seed)
+        if weights is not None:
+            self.set_weights(weights)
+
+    def _start(self, fns: list[EnvFn], policy_fn: Callable[[], Policy], num_actors: int | None,
+               seed: int | None) -> None:
+        """Starts Ray if it is not, then the actors; returns once every actor is built."""
         if not ray.is_initialized():
             ray.init()  # joins a cluster started on this machine (`ray start`), else a local one
         self.num_actors, self.envs_per_actor = _num_actors(num_actors), len(fns)
@@ -208,20 +236,30 @@ class RaySampler:
         self._stats = dict.fromkeys(COUNTERS, 0.0)
         specs = [ActorSpec(i, fns, policy_fn, actor_seed, self.options)
                  for i, actor_seed in enumerate(_actor_seeds(seed, self.num_actors))]
-        self._slots = [_start_actor(spec, self.max_restarts) for spec in specs]
+        self._slots = [_start_actor(spec, self.actor_restarts) for spec in specs]
         self._closed = False
         self._await_ready()
-        if weights is not None:
-            self.set_weights(weights)
+
+    @property
+    def max_restarts(self) -> int:
+        """Deprecated: ``actor_restarts``."""
+        _warn_renamed("max_restarts", "actor_restarts", "attribute", stacklevel=3)
+        return self.actor_restarts
+
+    @property
+    def deadline(self) -> float | None:
+        """Deprecated: ``start_deadline``."""
+        _warn_renamed("deadline", "start_deadline", "attribute", stacklevel=3)
+        return self.start_deadline
 
     def _await_ready(self) -> None:
         refs = [slot.handle.ready.remote() for slot in self._slots]
         try:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.deadline)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.start_deadline)
             if len(ready) < len(refs):
                 raise errors.DeadlineExceededError(
                     hung_workers=[i for i, r in enumerate(refs) if r not in ready],
-                    deadline=self.deadline, who="Ray actors (starting)",
+                    deadline=self.start_deadline, who="Ray actors (starting)",
                     fix=f"check `ray status` for free CPUs (each actor asks for "
                     f"num_cpus={self.workers_per_actor})",
                 )
@@ -271,13 +309,14 @@ class RaySampler:
 
     def _recv_full(self) -> list[Chunk]:
         firsts = [slot.pending[0] for slot in self._live()]
-        ready, _ = ray.wait(firsts, num_returns=len(firsts), timeout=self.deadline)
+        ready, _ = ray.wait(firsts, num_returns=len(firsts), timeout=self.start_deadline)
         chunks = self._take(ready)
         if len(ready) < len(firsts):
             hung = [s.actor_id for s in self._live() if s.pending and s.pending[0] in firsts]
             raise errors.DeadlineExceededError(
-                hung_workers=hung, deadline=self.deadline, who="Ray actors",
-                fix="their requests stay pending. Raise `deadline` or shorten `chunk_length`",
+                hung_workers=hung, deadline=self.start_deadline, who="Ray actors",
+                fix="their requests stay pending. Raise `start_deadline` or shorten "
+                "`chunk_length`",
                 results=chunks,
             )
         return chunks
@@ -319,7 +358,7 @@ class RaySampler:
         if slot.failures_in_row == 1:
             slot.deaths += 1
             self._stats["actor_deaths"] += 1
-        if slot.gone(self.max_restarts, self.in_flight):
+        if slot.gone(self.actor_restarts, self.in_flight):
             self._retire(slot)
 
     def _retire(self, slot: _Slot) -> None:
@@ -328,7 +367,7 @@ class RaySampler:
         slot.pending.clear()
         if not self._live():
             raise ActorsLostError(
-                f"every Ray actor died more than max_restarts={self.max_restarts} times; "
+                f"every Ray actor died more than actor_restarts={self.actor_restarts} times; "
                 f"check the actors' logs (`ray logs`) and the nodes' memory."
             )
 
@@ -405,6 +444,41 @@ class RaySampler:
         state = "closed" if self._closed else "open"
         return (f"RaySampler({self.num_actors} actors x {self.envs_per_actor} envs, "
                 f"chunk_length={self.chunk_length}, version={self._version}, {state})")
+
+
+def _warn_renamed(old: str, new: str, kind: str, stacklevel: int = 4) -> None:
+    # FutureWarning, not DeprecationWarning: RaySampler is called from training scripts and
+    # the modules they import, where Python hides DeprecationWarning by default, and after this
+    # release the old name is refused, so the person running the script must see it now.
+    warnings.warn(
+        f"RaySampler's {kind} {old} is deprecated: it is {new} now (it is RaySampler's own, not "
+        f"the Options field {old}, which each actor's VecSampler takes through options=); "
+        f"{old} will be refused after this release.", FutureWarning, stacklevel=stacklevel)
+
+
+def _renamed(overrides: dict[str, Any], **own: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(Options overrides, own knobs)``: the deprecated names taken out of ``overrides`` with
+    a FutureWarning each: ``max_restarts`` and ``deadline`` set RaySampler's own knobs (their old
+    meaning), and ``sampler_kwargs``'s fields join the overrides (Options fields, as they were)."""
+    overrides = dict(overrides)
+    for old, new in RENAMED.items():
+        if old in overrides:
+            _warn_renamed(old, new, "argument")
+            if own[new] != _OWN_DEFAULTS[new]:
+                raise errors.ConfigError(f"{old}= and {new}= were both given; {old} is the "
+                                         f"deprecated name of {new}: pass {new} only.")
+            own[new] = overrides.pop(old)
+    if "sampler_kwargs" in overrides:
+        warnings.warn("RaySampler's argument sampler_kwargs is deprecated: pass the Options "
+                      "fields as keywords, or in options=; sampler_kwargs will be refused after "
+                      "this release.", FutureWarning, stacklevel=3)
+        extra = dict(overrides.pop("sampler_kwargs") or {})
+        both = sorted(set(extra) & set(overrides))
+        if both:
+            raise errors.ConfigError(f"{both} given both as keywords and in sampler_kwargs; "
+                                     f"pass each once.")
+        overrides.update(extra)
+    return overrides, own
 
 
 def _num_actors(num_actors: int | None) -> int:
