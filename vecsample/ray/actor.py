@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,18 +27,22 @@ import ray
 
 from vecsample import errors
 from vecsample.options import Options
+from vecsample.ray.errors import PolicyError
 from vecsample.sampler import VecSampler
 from vecsample.types import AutoresetMode, EnvFn
 
 __all__ = [
     "KILL_GRACE_S",
+    "ActorInfo",
     "ActorSpec",
     "Chunk",
     "ChunkCollector",
     "Policy",
     "SamplerActor",
     "TorchPolicy",
+    "WeightsSpec",
     "numpy_weights",
+    "policy_error",
     "remote_actor_class",
 ]
 
@@ -51,8 +56,17 @@ KILL_GRACE_S = 5.0
 _OUTSIDE_KILL_EXITCODES = (-9, 255)
 
 
+#: ``{name: (shape, dtype name)}``: the weights a policy loads, as ``weights_spec()`` says.
+WeightsSpec = dict[str, tuple[tuple[int, ...], str]]
+
+
 class Policy(Protocol):
-    """What an actor runs: ``act`` on a batch of observations, ``set_weights`` on an update."""
+    """What an actor runs: ``act`` on a batch of observations, ``set_weights`` on an update.
+
+    A policy may also have ``weights_spec() -> {name: (shape, dtype name)}`` (``TorchPolicy``
+    has): ``RaySampler.set_weights`` then refuses weights that do not fit it before they leave
+    the driver (``WeightsError``), instead of every actor failing on them.
+    """
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions for ``obs`` [N, ...], plus per-env extras (log-probs, values) [N, ...]."""
@@ -134,14 +148,12 @@ class ChunkCollector:
 
     def _step(self, chunk: Chunk, t: int, ended: list[tuple[float, int]]) -> None:
         chunk.obs[t] = self._obs
-        actions, extras = self.policy.act(self._obs)
+        actions, extras = self._act()
+        self._store_extras(chunk, t, extras)
+        # The sampler checks the actions first (an ActionError, as for any VecSampler user);
+        # nothing here has written them anywhere yet.
+        result = self.sampler.step(actions)
         chunk.actions[t] = actions
-        for name, value in extras.items():
-            if name not in chunk.extras:
-                value = np.asarray(value)
-                chunk.extras[name] = np.empty((len(chunk.obs), *value.shape), value.dtype)
-            chunk.extras[name][t] = value
-        result = self.sampler.step(chunk.actions[t])
         chunk.rewards[t] = result.rewards
         chunk.terminated[t] = result.terminated
         chunk.truncated[t] = result.truncated
@@ -150,6 +162,27 @@ class ChunkCollector:
             chunk.final_obs[t][result.has_final_obs] = result.final_obs[result.has_final_obs]
         np.copyto(self._obs, result.obs)
         self._count_episodes(result.rewards, done, ended)
+
+    def _act(self) -> tuple[Any, dict[str, Any]]:
+        try:
+            return self.policy.act(self._obs)
+        except Exception as exc:  # the policy's own error, typed: the actor and its envs are fine
+            raise policy_error("act", exc, "fix the policy's act(); this chunk is lost, the next "
+                               "request tries again") from None
+
+    def _store_extras(self, chunk: Chunk, t: int, extras: dict[str, Any]) -> None:
+        n = self.sampler.num_envs
+        for name, value in extras.items():
+            value = np.asarray(value)
+            if name not in chunk.extras:
+                chunk.extras[name] = np.empty((len(chunk.obs), *value.shape), value.dtype)
+            if value.shape[:1] != (n,) or value.shape != chunk.extras[name].shape[1:]:
+                raise PolicyError(
+                    call="act", exc_type="",
+                    message=f"extras[{name!r}] has shape {value.shape}, expected "
+                    f"{chunk.extras[name].shape[1:]} (one row per env, the same every step)",
+                    fix="return one row per observation for every extra")
+            chunk.extras[name][t] = value
 
     def _count_episodes(
         self, rewards: np.ndarray, done: np.ndarray, ended: list[tuple[float, int]]
@@ -223,6 +256,17 @@ class TorchPolicy:
 
         self.module.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
 
+    def weights_spec(self) -> WeightsSpec:
+        """The name, shape and dtype of every tensor ``set_weights`` loads (its state dict)."""
+        return {k: (tuple(v.shape), str(v.dtype).removeprefix("torch."))
+                for k, v in self.module.state_dict().items()}
+
+
+def policy_error(call: str, exc: Exception, fix: str) -> PolicyError:
+    """``exc``, raised by a policy's ``call``, as the typed error the driver gets."""
+    return PolicyError(call=call, exc_type=type(exc).__name__, message=str(exc), fix=fix,
+                       remote_traceback="".join(traceback.format_exception(exc)))
+
 
 def numpy_weights(module: Any) -> dict[str, np.ndarray]:
     """A torch module's state dict as numpy copies, ready for ``RaySampler.set_weights``."""
@@ -230,6 +274,15 @@ def numpy_weights(module: Any) -> dict[str, np.ndarray]:
 
 
 # --- the actor ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActorInfo:
+    """An actor's answer to ``ready()``: its node, and its policy's ``weights_spec()`` (None
+    when the policy has none)."""
+
+    node_id: str
+    weights_spec: WeightsSpec | None
 
 
 @dataclass(frozen=True)
@@ -265,16 +318,18 @@ class SamplerActor:
         self.node_id = str(context.get_node_id())
         self.version = -1  # nothing loaded yet: the first request always sets it
 
-    def ready(self) -> str:
-        """The node this actor runs on; answering also proves the envs were built."""
-        return self.node_id
+    def ready(self) -> ActorInfo:
+        """Where this actor runs and what weights its policy takes; answering also proves the
+        envs were built (and, after a restart, that the actor is back)."""
+        spec = getattr(self._collector.policy, "weights_spec", None)
+        return ActorInfo(self.node_id, spec() if callable(spec) else None)
 
     def sample(self, length: int, version: int, weights: list[Any]) -> Chunk:
         """One chunk under weights ``version``. ``weights`` is ``[ref]`` (or ``[None]`` for the
         policy's own initial weights): a nested ref is not fetched unless the version changed."""
         if version != self.version:
             if weights[0] is not None:
-                self._collector.policy.set_weights(ray.get(weights[0]))
+                self._load(ray.get(weights[0]), version)
             self.version = version
         start = time.perf_counter()
         try:
@@ -286,6 +341,15 @@ class SamplerActor:
         chunk.version, chunk.actor_id, chunk.node_id = version, self.actor_id, self.node_id
         chunk.sample_s = time.perf_counter() - start
         return chunk
+
+    def _load(self, weights: Any, version: int) -> None:
+        try:
+            self._collector.policy.set_weights(weights)
+        except Exception as exc:
+            raise policy_error("set_weights", exc, f"the weights of version {version} do not fit "
+                               f"the policy: send ones that do with set_weights() (a "
+                               f"weights_spec() on the policy lets RaySampler check them before "
+                               f"they leave)") from None
 
     def close(self) -> None:
         self._collector.close()

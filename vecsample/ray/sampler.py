@@ -13,8 +13,10 @@ requests, and hands their chunks back.
   ``ray.wait``). Refs not returned stay pending and come back from a later ``recv``: nothing is
   dropped or returned twice.
 * Faults: an actor that dies loses only its in-flight chunks (counted in ``stats()``); Ray
-  restarts it (``actor_restarts``) and the next request carries the weights again. Crashes of env
-  processes inside an actor stay the local VecSampler's job.
+  restarts it (``actor_restarts``) and the next request carries the weights again; a chunk
+  whose request raised (an env's or the policy's error) is counted lost and raised, with the
+  chunks taken beside it. fleet.py keeps these books. Crashes of env processes inside an actor
+  stay the local VecSampler's job.
 
 This package is the only one that imports ``ray``; ``import vecsample`` never does.
 """
@@ -24,9 +26,7 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,9 @@ from ray.exceptions import RayActorError
 from vecsample import errors
 from vecsample.config import env_factories  # to vecsample.factories once config.py goes
 from vecsample.options import DEFAULT_DEADLINE, Options, adapted, check_int, check_seconds
-from vecsample.ray.actor import ActorSpec, Chunk, Policy, remote_actor_class
-from vecsample.ray.errors import ActorsLostError
+from vecsample.ray.actor import ActorInfo, ActorSpec, Chunk, Policy, WeightsSpec, remote_actor_class
+from vecsample.ray.errors import RayShutdownError, WeightsError
+from vecsample.ray.fleet import Fleet, LostChunk, Slot
 from vecsample.seeding import child_seeds
 from vecsample.types import AutoresetMode, EnvFn
 
@@ -53,34 +54,8 @@ RENAMED = {"max_restarts": "actor_restarts", "deadline": "start_deadline"}
 _OWN_DEFAULTS: dict[str, Any] = {"actor_restarts": ACTOR_RESTARTS,
                                  "start_deadline": DEFAULT_DEADLINE}
 
-#: The totals of ``RaySampler.stats()`` counted as chunks come and go.
-COUNTERS = ("requests", "chunks", "env_steps", "chunks_lost", "actor_deaths", "wait_s")
-
 
 # --- the driver side ---------------------------------------------------------------------------
-
-
-@dataclass
-class _Slot:
-    """The driver's view of one actor: its handle and its requests in flight."""
-
-    actor_id: int
-    handle: Any
-    node_id: str = ""
-    pending: deque[Any] = field(default_factory=deque)
-    deaths: int = 0
-    #: Failures since the last chunk delivered. The failures that follow one death (its
-    #: in-flight chunks, and requests sent before Ray saw it die) are one death, not several.
-    failures_in_row: int = 0
-    alive: bool = True
-
-    def gone(self, max_restarts: int, in_flight: int) -> bool:
-        """Whether the actor is not coming back: it died more than ``max_restarts`` times, or
-        failed too often in a row. Ray answers every request to an actor past its
-        max_restarts with an error at once; this many failures without one chunk in between
-        means it is past them."""
-        give_up_after = in_flight * (max_restarts + 2) + 8
-        return self.deaths > max_restarts or self.failures_in_row > give_up_after
 
 
 def _fixed(workers_per_actor: int) -> dict[str, tuple[Any, str]]:
@@ -92,9 +67,9 @@ def _fixed(workers_per_actor: int) -> dict[str, tuple[Any, str]]:
     }
 
 
-def _start_actor(spec: ActorSpec, actor_restarts: int) -> _Slot:
-    """Asks Ray for the actor of ``spec``; it builds itself in the background."""
-    handle = remote_actor_class().options(
+def _start_actor(spec: ActorSpec, actor_restarts: int) -> Any:
+    """Asks Ray for the actor of ``spec`` (its handle); it builds itself in the background."""
+    return remote_actor_class().options(
         # num_cpus = the env processes it spawns: they are the load Ray must not oversubscribe
         # (the actor's own process, running the policy, is not counted).
         num_cpus=spec.options.num_workers,
@@ -105,7 +80,6 @@ def _start_actor(spec: ActorSpec, actor_restarts: int) -> _Slot:
         # ...but never re-runs a chunk that was in flight: it is dropped and counted instead.
         max_task_retries=0,
     ).remote(spec)
-    return _Slot(spec.actor_id, handle)
 
 
 class RaySampler:
@@ -128,9 +102,9 @@ class RaySampler:
         env_kwargs: With an env id, keyword arguments of ``gymnasium.make``.
         num_actors: How many actors; default one per alive node of the cluster.
         workers_per_actor: Env processes per actor; must divide the envs of an actor. Each
-            actor reserves that many CPUs from Ray (``num_cpus``), so a node with fewer free
-            CPUs never gets it: the actors then never start and the constructor raises after
-            ``start_deadline``.
+            actor reserves that many CPUs
+            from Ray (``num_cpus``), so a node with fewer free CPUs never gets it: the actors
+            then never start and the constructor raises after ``start_deadline``.
         chunk_length: Steps of every env in one chunk.
         weights: Initial weights for the actors' policies, sent as with ``set_weights``
             (version 1); None keeps the weights ``policy_fn`` built (version 0).
@@ -142,11 +116,14 @@ class RaySampler:
             were sent with; each chunk's ``version`` says which.
         actor_restarts: How often **Ray** may rebuild each dead **actor** (Ray's actor option
             ``max_restarts``). The chunks in flight on a dead actor are lost and counted in
-            ``stats()``, never re-run; an actor that dies more often is retired. Not
+            ``stats()``, never re-run. A restart in progress is not a death: the actor gets no
+            request until Ray says it is back, however long that takes; it is retired only
+            when Ray says it cannot come back (``actors_alive`` drops). Not
             ``Options.max_restarts``, which bounds how often each actor's VecSampler respawns
             one of its env processes (with ``restart=True``): set that one in ``options``.
-        start_deadline: Seconds the actors may take to start, and one full ``recv`` may wait;
-            None waits forever. Each actor's VecSampler has its own, ``Options.deadline``.
+        start_deadline: Seconds the actors may take to start, and one full ``recv`` may wait
+            (for restarting actors too); None waits forever. Each actor's VecSampler has its
+            own, ``Options.deadline``.
         options: Each actor's ``VecSampler``'s ``vecsample.Options`` (``context``, ``infos``,
             ``restart``, ...). This class sets ``num_workers`` (``workers_per_actor``),
             ``autoreset_mode`` ('SameStep') and ``seed`` (per actor, from ``seed``): setting
@@ -230,13 +207,15 @@ class RaySampler:
         """Starts Ray if it is not, then the actors; returns once every actor is built."""
         if not ray.is_initialized():
             ray.init()  # joins a cluster started on this machine (`ray start`), else a local one
+        self._ray = _ray_instance()  # the Ray the actors live in: gone after ray.shutdown()
         self.num_actors, self.envs_per_actor = _num_actors(num_actors), len(fns)
         self._version = 0
         self._weights_ref: Any = None
-        self._stats = dict.fromkeys(COUNTERS, 0.0)
+        self._weights_spec: WeightsSpec | None = None
         specs = [ActorSpec(i, fns, policy_fn, actor_seed, self.options)
                  for i, actor_seed in enumerate(_actor_seeds(seed, self.num_actors))]
-        self._slots = [_start_actor(spec, self.actor_restarts) for spec in specs]
+        self._fleet = Fleet([_start_actor(spec, self.actor_restarts) for spec in specs],
+                            self.actor_restarts)
         self._closed = False
         self._await_ready()
 
@@ -253,7 +232,8 @@ class RaySampler:
         return self.start_deadline
 
     def _await_ready(self) -> None:
-        refs = [slot.handle.ready.remote() for slot in self._slots]
+        slots = self._fleet.slots
+        refs = [slot.handle.ready.remote() for slot in slots]
         try:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.start_deadline)
             if len(ready) < len(refs):
@@ -263,8 +243,10 @@ class RaySampler:
                     fix=f"check `ray status` for free CPUs (each actor asks for "
                     f"num_cpus={self.workers_per_actor})",
                 )
-            for slot, node in zip(self._slots, ray.get(refs), strict=True):
-                slot.node_id = node
+            infos: list[ActorInfo] = ray.get(refs)
+            for slot, info in zip(slots, infos, strict=True):
+                slot.node_id = info.node_id
+            self._weights_spec = infos[0].weights_spec  # every actor runs the same policy_fn
         except BaseException:
             self.close()
             raise
@@ -282,133 +264,148 @@ class RaySampler:
         Chunks already in flight finish under their old version (their ``version`` says so).
         Actors are topped up to ``in_flight`` requests here and at the start of ``recv``, not
         when a chunk is received: with ``in_flight=1``, ``recv``, update, ``set_weights``
-        samples strictly on-policy. Returns the new version.
+        samples strictly on-policy. Returns the new version. Weights that do not fit the
+        policy's ``weights_spec()`` (``TorchPolicy`` has one) raise ``WeightsError`` here, and
+        the version does not change.
         """
         self._check_open()
+        _check_weights(weights, self._weights_spec)
         self._weights_ref = ray.put(weights)
         self._version += 1
+        self._settle_probes()
         self._fill()  # actors with a free slot start on the new weights now
         return self._version
 
     # --- receiving -----------------------------------------------------------------------------
 
     def recv(self, timeout: float | None = None, min_chunks: int | None = None) -> list[Chunk]:
-        """Full (no arguments): one chunk from every live actor. Partial: waits up to
-        ``timeout`` seconds (None: no limit) for ``min_chunks`` (default 1) chunks, then returns
-        every chunk ready by then, possibly none. Chunks not returned stay pending.
+        """Full (no arguments): one chunk from every actor that is up, waiting (within
+        ``start_deadline``) for a restarting one when none is. Partial: waits up to ``timeout``
+        seconds (None: no limit) for ``min_chunks`` (default 1) chunks, then returns every chunk
+        ready by then, possibly none. Chunks not returned stay pending.
+
+        A request that raised (an env's or the policy's error, from the actor) is counted lost
+        and its error is raised, carrying the chunks taken in this call (``results``) and the
+        actor (``actor_id``). After a KeyboardInterrupt, the chunks this call had taken come
+        back from the next one, as VecSampler's results do.
         """
         self._check_open()
-        self._fill()
         start = time.perf_counter()
-        if timeout is None and min_chunks is None:
-            chunks = self._recv_full()
-        else:
-            chunks = self._recv_partial(timeout, 1 if min_chunks is None else min_chunks)
-        self._stats["wait_s"] += time.perf_counter() - start
-        return chunks
-
-    def _recv_full(self) -> list[Chunk]:
-        firsts = [slot.pending[0] for slot in self._live()]
-        ready, _ = ray.wait(firsts, num_returns=len(firsts), timeout=self.start_deadline)
-        chunks = self._take(ready)
-        if len(ready) < len(firsts):
-            hung = [s.actor_id for s in self._live() if s.pending and s.pending[0] in firsts]
-            raise errors.DeadlineExceededError(
-                hung_workers=hung, deadline=self.start_deadline, who="Ray actors",
-                fix="their requests stay pending. Raise `start_deadline` or shorten "
-                "`chunk_length`",
-                results=chunks,
-            )
-        return chunks
-
-    def _recv_partial(self, timeout: float | None, min_chunks: int) -> list[Chunk]:
-        timeout, min_chunks = check_seconds(timeout, "timeout"), check_int(min_chunks, "min_chunks")
-        refs = [ref for slot in self._live() for ref in slot.pending]
-        ray.wait(refs, num_returns=min(min_chunks, len(refs)), timeout=timeout)
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return self._take(ready)
-
-    def _take(self, ready: list[Any]) -> list[Chunk]:
-        """Fetches the ready refs, oldest first per actor; a dead actor's refs are dropped."""
-        chunks: list[Chunk] = []
-        done = set(ready)
-        for slot in self._live():
-            while slot.alive and slot.pending and slot.pending[0] in done:
-                chunk = self._get(slot, slot.pending.popleft())
-                if chunk is not None:
-                    chunks.append(chunk)
-        return chunks
-
-    def _get(self, slot: _Slot, ref: Any) -> Chunk | None:
         try:
-            chunk = ray.get(ref)
-        except RayActorError:
-            self._lost(slot)
-            return None
-        assert isinstance(chunk, Chunk)
-        slot.failures_in_row = 0
-        self._stats["chunks"] += 1
-        self._stats["env_steps"] += chunk.env_steps
-        return chunk
+            self._settle_probes()
+            self._fill()
+            if timeout is None and min_chunks is None:
+                self._recv_full()
+            else:
+                self._recv_partial(timeout, 1 if min_chunks is None else min_chunks)
+        finally:
+            self._fleet.stats["wait_s"] += time.perf_counter() - start
+        return self._fleet.hand_over()
 
-    def _lost(self, slot: _Slot) -> None:
-        """A request failed because its actor died (or is restarting): drop it, count it."""
-        self._stats["chunks_lost"] += 1
-        slot.failures_in_row += 1
-        if slot.failures_in_row == 1:
-            slot.deaths += 1
-            self._stats["actor_deaths"] += 1
-        if slot.gone(self.actor_restarts, self.in_flight):
-            self._retire(slot)
+    def _recv_full(self) -> None:
+        end = _end(self.start_deadline)
+        while True:
+            self._fill()  # an actor back from a restart gets its requests here
+            up = self._fleet.up()
+            if not up:  # every live actor is restarting: wait for one to be back
+                if not self._await_restart(end):
+                    raise self._late(self._fleet.restarting(), "restarting")
+                continue
+            firsts = [slot.pending[0][0] for slot in up]
+            ready, _ = ray.wait(firsts, num_returns=len(firsts), timeout=_left(end))
+            taken = self._fleet.take(ready)
+            if len(ready) < len(firsts):
+                raise self._late([s for s in up if s.pending and s.pending[0][0] in firsts], "")
+            if taken:  # else every actor waited for died meanwhile: wait for their restarts
+                return
 
-    def _retire(self, slot: _Slot) -> None:
-        slot.alive = False
-        self._stats["chunks_lost"] += len(slot.pending)
-        slot.pending.clear()
-        if not self._live():
-            raise ActorsLostError(
-                f"every Ray actor died more than actor_restarts={self.actor_restarts} times; "
-                f"check the actors' logs (`ray logs`) and the nodes' memory."
-            )
+    def _recv_partial(self, timeout: float | None, min_chunks: int) -> None:
+        timeout, min_chunks = check_seconds(timeout, "timeout"), check_int(min_chunks, "min_chunks")
+        end = _end(timeout)
+        if not self._fleet.up() and self._await_restart(end):  # every live actor is restarting
+            self._fill()
+        refs = [ref for slot in self._fleet.live() for ref, _ in slot.pending]
+        if refs:
+            ray.wait(refs, num_returns=min(min_chunks, len(refs)), timeout=_left(end))
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            self._fleet.take(ready)
+
+    def _await_restart(self, end: float | None) -> bool:
+        """Waits until a restarting actor's probe answers (or ``end``), and reads the answers;
+        False if none answered in time."""
+        probes = [slot.probe for slot in self._fleet.restarting()]
+        ready, _ = ray.wait(probes, num_returns=1, timeout=_left(end))
+        self._settle_probes()
+        return bool(ready)
+
+    def _settle_probes(self) -> None:
+        """Reads every probe answered by now (actors back, still restarting, or gone)."""
+        probes = [slot.probe for slot in self._fleet.restarting()]
+        if probes:
+            ready, _ = ray.wait(probes, num_returns=len(probes), timeout=0)
+            self._fleet.settle(ready)
+
+    def _late(self, slots: list[Slot], restarting: str) -> errors.DeadlineExceededError:
+        """The error of a full recv past ``start_deadline``; the chunks taken ride on it."""
+        if restarting:
+            fix = (f"Ray is restarting them and no node took them back in time (each asks for "
+                   f"num_cpus={self.workers_per_actor}); add nodes or free CPUs, or raise "
+                   f"`start_deadline`. They stay restarting")
+        else:
+            fix = "their requests stay pending. Raise `start_deadline` or shorten `chunk_length`"
+        return errors.DeadlineExceededError(
+            hung_workers=[slot.actor_id for slot in slots], deadline=self.start_deadline,
+            who=f"Ray actors{' (restarting)' if restarting else ''}", fix=fix,
+            results=self._fleet.release())
 
     def _fill(self) -> None:
-        """Tops every live actor up to ``in_flight`` requests, carrying the current weights."""
-        for slot in self._live():
-            while len(slot.pending) < self.in_flight:
-                ref = slot.handle.sample.remote(
-                    self.chunk_length, self._version, [self._weights_ref])
-                slot.pending.append(ref)
-                self._stats["requests"] += 1
-
-    def _live(self) -> list[_Slot]:
-        return [slot for slot in self._slots if slot.alive]
+        """Tops every actor that is up to ``in_flight`` requests, carrying the current weights."""
+        self._fleet.fill(self.in_flight, lambda slot: slot.handle.sample.remote(
+            self.chunk_length, self._version, [self._weights_ref]))
 
     # --- stats and lifetime --------------------------------------------------------------------
 
     def actor_nodes(self) -> list[str]:
-        """The Ray node id of each actor, by actor id."""
-        return [slot.node_id for slot in self._slots]
+        """The Ray node id of each actor, by actor id: where it runs (while it restarts: where
+        it last ran). A restart on another node shows here with its first chunk or once Ray
+        says it is back."""
+        return [slot.node_id for slot in self._fleet.slots]
 
     def actor(self, actor_id: int) -> Any:
         """The Ray handle of actor ``actor_id`` (to inspect it, or to kill it in a test)."""
-        return self._slots[actor_id].handle
+        return self._fleet.slots[actor_id].handle
 
     def pending(self) -> int:
         """Chunks requested but not yet returned by ``recv``."""
-        return sum(len(slot.pending) for slot in self._slots)
+        return self._fleet.pending()
+
+    @property
+    def losses(self) -> list[LostChunk]:
+        """The chunks lost (the last 1000), oldest first: each one's actor and why it was
+        lost (the actor died, its request raised, the sampler was closed, ...)."""
+        return list(self._fleet.losses)
 
     def stats(self) -> dict[str, float]:
         """Totals since construction: chunks requested, chunks and env steps received, chunks
-        lost to dead actors, actor deaths, seconds waited in ``recv``, actors alive, weights
-        version. ``requests == chunks + chunks_lost + pending()`` always holds."""
-        out = dict(self._stats)
-        out["actors_alive"] = float(len(self._live()))
+        lost (``losses`` says why), actor deaths, seconds waited in ``recv``, actors alive (not
+        gone for good) and restarting, weights version.
+        ``requests == chunks + chunks_lost + pending()`` always holds."""
+        out = dict(self._fleet.stats)
+        out["actors_alive"] = float(len(self._fleet.live()))
+        out["actors_restarting"] = float(len(self._fleet.restarting()))
         out["version"] = float(self._version)
         return out
 
     def _check_open(self) -> None:
+        """Refuses a call on a sampler that cannot answer it, before any Ray call (one would
+        start a new Ray instance behind the user's back)."""
         if self._closed:
-            raise errors.ClosedError("this RaySampler is closed; create a new one.")
+            raise errors.ClosedError(what="RaySampler")
+        if not _same_ray(self._ray):
+            raise RayShutdownError()
+        lost = self._fleet.lost_error()
+        if lost is not None:
+            raise lost
 
     @property
     def closed(self) -> bool:
@@ -419,20 +416,24 @@ class RaySampler:
     # own close() (5 s + 0.5 s). docs/semantics.md, "What each timeout and deadline bounds".
     def close(self, timeout: float = 10.0) -> None:
         """Asks each actor to close its VecSampler, waits up to ``timeout`` seconds for them all,
-        then kills every actor for good. Idempotent."""
-        slots = getattr(self, "_slots", [])
+        then kills every actor for good. Idempotent; after ``ray.shutdown()``, which took the
+        actors with it, it only marks the sampler closed."""
+        fleet: Fleet | None = getattr(self, "_fleet", None)
         self._closed = True
-        for slot in slots:
-            # Not ray.cancel: cancelling queued actor tasks stalled the close() queued behind
-            # them for the whole timeout (Ray 2.60); the chunks in flight just finish unread.
-            slot.pending.clear()
-        closing = [s.handle.close.remote() for s in slots if s.alive]
+        if fleet is None:
+            return
+        # Not ray.cancel: cancelling queued actor tasks stalled the close() queued behind them
+        # for the whole timeout (Ray 2.60); the chunks in flight just finish unread.
+        up = fleet.up()
+        fleet.close()
+        if not _same_ray(getattr(self, "_ray", None)):
+            return
+        closing = [slot.handle.close.remote() for slot in up]
         if closing:
             with contextlib.suppress(RayActorError):
                 ray.wait(closing, num_returns=len(closing), timeout=timeout)
-        for slot in slots:
+        for slot in fleet.slots:
             ray.kill(slot.handle, no_restart=True)
-            slot.alive = False
 
     def __enter__(self) -> RaySampler:
         return self
@@ -479,6 +480,46 @@ def _renamed(overrides: dict[str, Any], **own: Any) -> tuple[dict[str, Any], dic
                                      f"pass each once.")
         overrides.update(extra)
     return overrides, own
+
+
+def _ray_instance() -> str:
+    """Which Ray instance this driver is connected to: its own worker id, new at each init."""
+    return str(ray.get_runtime_context().get_worker_id())
+
+
+def _same_ray(instance: str | None) -> bool:
+    """Whether Ray is still the instance ``instance`` (asked without starting one)."""
+    return instance is not None and ray.is_initialized() and _ray_instance() == instance
+
+
+def _end(seconds: float | None) -> float | None:
+    return None if seconds is None else time.monotonic() + seconds
+
+
+def _left(end: float | None) -> float | None:
+    return None if end is None else max(0.0, end - time.monotonic())
+
+
+def _check_weights(weights: Any, spec: WeightsSpec | None) -> None:
+    """Refuses ``weights`` that do not fit ``spec`` (the policy's ``weights_spec()``)."""
+    if spec is None:
+        return
+    fix = "build them with numpy_weights(module) from the module that policy_fn's policy runs"
+    if not isinstance(weights, Mapping):
+        raise WeightsError(name="weights", expected=f"a mapping of {len(spec)} arrays by name",
+                           got=type(weights).__name__, fix=fix)
+    missing, unknown = sorted(set(spec) - set(weights)), sorted(set(weights) - set(spec))
+    if missing or unknown:
+        names = ", ".join(f"{what} {found}" for what, found in
+                          (("missing", missing), ("unknown", unknown)) if found)
+        raise WeightsError(f"weights must have the policy's names {sorted(spec)}, got {names}; "
+                           f"{fix}.")
+    for name, (shape, dtype) in spec.items():
+        value = weights[name]
+        got = (tuple(np.shape(value)), str(getattr(value, "dtype", "")).removeprefix("torch."))
+        if got != (shape, dtype):
+            raise WeightsError(f"weights[{name!r}] must have shape {shape} dtype {dtype}, got "
+                               f"shape {got[0]} dtype {got[1] or type(value).__name__}; {fix}.")
 
 
 def _num_actors(num_actors: int | None) -> int:
