@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from ray_support import (
 from vecsample import Options, errors
 from vecsample.ray import RaySampler, TorchPolicy, numpy_weights
 from vecsample.ray.errors import ActorsLostError, PolicyError, RayShutdownError, WeightsError
-from vecsample.testing import CountingEnv, fns
+from vecsample.testing import CountingEnv, FixedActionPolicy, fns
 
 ENVS = 2
 CHUNK = 8
@@ -184,6 +185,34 @@ def test_ray_shutdown_under_a_sampler_is_a_typed_error_and_starts_nothing(
     sampler.close()  # quiet
     sampler.close()
     assert sampler.closed and not ray.is_initialized()
+
+
+# --- item 6: arguments checked before Ray starts --------------------------------------------------
+
+
+def test_arguments_are_checked_before_ray_starts(cluster: Cluster) -> None:
+    ray.shutdown()  # the docstring's promise: refused "before Ray is started"
+    try:
+        for kwargs in ({"num_actors": -1}, {"num_actors": 2.5}, {"num_actors": True},
+                       {"workers_per_actor": 3}, {"workers_per_actor": 0}):
+            start = time.monotonic()
+            with pytest.raises(errors.ConfigError, match=r"num_actors|workers_per_actor"):
+                RaySampler(fns(CountingEnv, 2), FixedActionPolicy, start_deadline=5.0, **kwargs)
+            assert not ray.is_initialized(), kwargs
+            assert time.monotonic() - start < 1.0, kwargs
+    finally:
+        connected(cluster)
+
+
+def test_workers_per_actor_that_does_not_divide_the_envs_says_so(cluster: Cluster) -> None:
+    # Each would otherwise wait out start_deadline for CPUs, then blame them.
+    with pytest.raises(errors.ConfigError, match=r"not divisible .* choose workers_per_actor "
+                       r"from \[1, 2, 4\]"):
+        RaySampler(fns(CountingEnv, 4), FixedActionPolicy, workers_per_actor=3,
+                   start_deadline=5.0)
+    with pytest.raises(errors.ConfigError, match="at most"):
+        RaySampler(fns(CountingEnv, 2), FixedActionPolicy, workers_per_actor=3,
+                   uneven_split=True, start_deadline=5.0)
 
 
 # --- item 7: bad weights and bad policy outputs -------------------------------------------------

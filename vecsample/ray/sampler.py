@@ -101,8 +101,8 @@ class RaySampler:
         num_envs: With an env id, how many envs per actor; with factories, their count (a check).
         env_kwargs: With an env id, keyword arguments of ``gymnasium.make``.
         num_actors: How many actors; default one per alive node of the cluster.
-        workers_per_actor: Env processes per actor; must divide the envs of an actor. Each
-            actor reserves that many CPUs
+        workers_per_actor: Env processes per actor; must divide the envs of an actor (unless
+            ``uneven_split``; checked before Ray starts). Each actor reserves that many CPUs
             from Ray (``num_cpus``), so a node with fewer free CPUs never gets it: the actors
             then never start and the constructor raises after ``start_deadline``.
         chunk_length: Steps of every env in one chunk.
@@ -198,6 +198,8 @@ class RaySampler:
         self.start_deadline = check_seconds(own["start_deadline"], "start_deadline")
         self.options = adapted(options, overrides, where="RaySampler",
                                fixed=_fixed(self.workers_per_actor))
+        _check_split(len(fns), self.workers_per_actor, self.options.uneven_split)
+        num_actors = None if num_actors is None else check_int(num_actors, "num_actors")
         self._start(fns, policy_fn, num_actors, seed)
         if weights is not None:
             self.set_weights(weights)
@@ -523,11 +525,26 @@ def _check_weights(weights: Any, spec: WeightsSpec | None) -> None:
 
 
 def _num_actors(num_actors: int | None) -> int:
-    """Default: one actor per alive node of the cluster."""
+    """Default: one actor per alive node of the cluster (``num_actors`` is checked already)."""
     if num_actors is None:
         nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
         return max(1, len([node for node in nodes if node.get("Alive")]))
-    return check_int(num_actors, "num_actors")
+    return num_actors
+
+
+def _check_split(num_envs: int, workers: int, uneven_split: bool) -> None:
+    """``workers_per_actor`` against an actor's envs, as its VecSampler will check it, but
+    before Ray starts: each actor asks Ray for that many CPUs, so a split that cannot work
+    would wait out ``start_deadline`` for them first and then blame the CPUs."""
+    if workers > num_envs:
+        raise errors.ConfigError(name="workers_per_actor",
+                                 expected=f"at most the envs of an actor ({num_envs})",
+                                 got=workers, fix="an env process needs at least one env")
+    if num_envs % workers and not uneven_split:
+        divisors = [d for d in range(1, num_envs + 1) if num_envs % d == 0]
+        raise errors.ConfigError(
+            f"the {num_envs} envs of an actor are not divisible by workers_per_actor={workers}; "
+            f"choose workers_per_actor from {divisors}, or pass uneven_split=True.")
 
 
 def _actor_seeds(seed: int | None, count: int) -> list[int | None]:
