@@ -7,7 +7,8 @@ happened, and a chunk taken is handed to the caller, either returned or carried 
 that a failed chunk of the same ``recv`` raises (``results``, as VecSampler's errors carry
 theirs).
 
-An actor's life, as Ray tells it (Ray >= 2.22 tells a restart from a death by the error type):
+An actor's life, as Ray tells it (by the error type; ``ActorUnavailableError`` exists from Ray
+2.11, and what follows was measured on Ray 2.60):
 
 * ``UP``: requests are sent to it.
 * ``RESTARTING``: a request to its current life failed with a ``RayActorError``: it died,
