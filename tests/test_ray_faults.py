@@ -107,18 +107,14 @@ def test_chunks_taken_beside_a_failed_one_ride_on_its_error(
         np.testing.assert_array_equal(after.obs[0], before.next_obs)
 
 
-#: Each fault of the outside suite that lost count of a chunk: how to cause it (env faults:
-#: ``MarkedFaultEnv(how=...)``; policy faults: ``set_weights(mode)``), and the error recv raises.
+#: The env faults of the outside suite that lost count of a chunk, caused by
+#: ``MarkedFaultEnv(how=...)``, and the error recv raises. The policy's faults are below.
 FAULTS: dict[str, tuple[dict[str, Any], type[Exception]]] = {
     "env raises": ({"how": "raise"}, errors.WorkerError),
     "env exits with 255": ({"how": "exit"}, errors.WorkerDiedError),
     "env SIGKILLs itself": ({"how": "sigkill"}, errors.WorkerDiedError),
     "env passes its deadline": ({"how": "hang", "options": Options(deadline=1.0)},
                                 errors.DeadlineExceededError),
-    "policy returns NaN": ({"weights": "nan"}, errors.ActionError),
-    "policy raises": ({"weights": "raise"}, PolicyError),
-    "policy returns the wrong shape": ({"weights": "shape"}, errors.ActionShapeError),
-    "bad weights": ({"weights": "bad"}, PolicyError),
 }
 
 
@@ -127,13 +123,9 @@ def test_every_fault_is_typed_and_keeps_the_books(
     make: Callable[..., RaySampler], tmp_path: Path, fault: str
 ) -> None:
     how, raised = FAULTS[fault]
-    if "how" in how:
-        (tmp_path / "all").touch()
-        sampler = make(fns(MarkedFaultEnv, ENVS, folder=str(tmp_path), how=how["how"]),
-                       num_actors=1, options=how.get("options"))
-    else:
-        sampler = make(num_actors=1)
-        sampler.set_weights(how["weights"])
+    (tmp_path / "all").touch()
+    sampler = make(fns(MarkedFaultEnv, ENVS, folder=str(tmp_path), how=how["how"]),
+                   num_actors=1, options=how.get("options"))
     with pytest.raises(raised):
         sampler.recv()
     assert_accounted(sampler)
@@ -246,13 +238,19 @@ def test_a_policy_that_misbehaves_gets_the_samplers_own_errors(
     make: Callable[..., RaySampler],
 ) -> None:
     sampler = make(num_actors=1, in_flight=1)  # one request at a time: one per set_weights
-    sampler.set_weights("shape")
-    with pytest.raises(errors.ActionShapeError, match=r"expected shape \(2,\)"):
-        sampler.recv()
-    sampler.set_weights("raise")
-    with pytest.raises(PolicyError, match=r"in act\(\): ValueError") as caught:
-        sampler.recv()
-    assert "injected failure in act" in str(caught.value.__cause__)
+    for mode, raised, said in (
+        ("shape", errors.ActionShapeError, r"expected shape \(2,\)"),  # as VecSampler says
+        ("nan", errors.ActionDtypeError, "expected dtype int64"),
+        ("raise", PolicyError, r"in act\(\): ValueError: injected failure in act"),
+        ("bad", PolicyError, r"in set_weights\(\): ValueError"),  # no weights_spec to check
+    ):
+        sampler.set_weights(mode)
+        with pytest.raises(raised, match=said) as caught:
+            sampler.recv()
+        assert_accounted(sampler)
+        if raised is PolicyError:  # the policy's own traceback, from the actor
+            assert "Traceback" in str(caught.value.__cause__)
     sampler.set_weights(1)
-    assert [c.version for c in sampler.recv()] == [3]  # the actor goes on after both
+    assert [c.version for c in sampler.recv()] == [5]  # the actor goes on after all of them
+    assert [lost.actor_id for lost in sampler.losses] == [0] * 4
     assert_accounted(sampler)
