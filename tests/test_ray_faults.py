@@ -31,7 +31,7 @@ from ray_support import (
 )
 
 from vecsample import Options, errors
-from vecsample.ray import RaySampler, TorchPolicy, numpy_weights
+from vecsample.ray import RaySampler, TorchPolicy, fleet, numpy_weights
 from vecsample.ray.errors import ActorsLostError, PolicyError, RayShutdownError, WeightsError
 from vecsample.testing import CountingEnv, FixedActionPolicy, fns
 
@@ -105,6 +105,29 @@ def test_chunks_taken_beside_a_failed_one_ride_on_its_error(
     assert sampler.stats()["chunks"] == 3 and sampler.stats()["chunks_lost"] == 3
     for before, after in itertools.pairwise(delivered):  # actor 0's sequence is whole
         np.testing.assert_array_equal(after.obs[0], before.next_obs)
+
+
+def test_chunks_taken_by_a_recv_that_ctrl_c_cut_short_come_back_from_the_next(
+    make: Callable[..., RaySampler], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sampler = make(num_actors=2)
+    real_get, calls = ray.get, []
+
+    def get(*args: Any, **kwargs: Any) -> Any:  # Ctrl-C as the second chunk is fetched
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_get(*args, **kwargs)
+
+    monkeypatch.setattr(fleet.ray, "get", get)
+    with pytest.raises(KeyboardInterrupt):
+        sampler.recv()
+    monkeypatch.undo()
+    assert_accounted(sampler)  # the interrupted fetch stays pending; the first one is held
+    chunks = sampler.recv()
+    assert sorted(c.actor_id for c in chunks) == [0, 0, 1]  # actor 0's held one, then one each
+    assert sampler.stats()["chunks"] == 3
+    assert_accounted(sampler)
 
 
 #: The env faults of the outside suite that lost count of a chunk, caused by
