@@ -167,7 +167,8 @@ def test_recv_after_every_actor_is_lost_raises_the_same_error(
     for actor_id in range(2):
         ray.kill(sampler.actor(actor_id), no_restart=True)
     with pytest.raises(ActorsLostError) as first:
-        sampler.recv()
+        for _ in range(3):  # a chunk finished before the kill may still come first
+            sampler.recv()
     message = str(first.value)
     for again in (sampler.recv, functools.partial(sampler.recv, timeout=0.1),
                   functools.partial(sampler.recv, None, min_chunks=1),
@@ -214,7 +215,7 @@ def test_arguments_are_checked_before_ray_starts(cluster: Cluster) -> None:
             with pytest.raises(errors.ConfigError, match=r"num_actors|workers_per_actor"):
                 RaySampler(fns(CountingEnv, 2), FixedActionPolicy, start_deadline=5.0, **kwargs)
             assert not ray.is_initialized(), kwargs
-            assert time.monotonic() - start < 1.0, kwargs
+            assert time.monotonic() - start < 2.0, kwargs  # no actor waited for either
     finally:
         connected(cluster)
 
