@@ -127,12 +127,13 @@ def measure_ray(args: Args) -> tuple[float, float]:
 def fake_cluster(nodes: int) -> Iterator[Cluster]:
     """A head with no CPU (the driver's; no actor lands there) and ``nodes`` nodes of one
     CPU each, the driver connected; everything shut down on the way out."""
+    # No dashboard: its processes would take CPU from the measurement on every node.
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": 0, "include_dashboard": False})
     try:
         for _ in range(nodes):
             cluster.add_node(num_cpus=1)
-        ray.init(address=cluster.address, logging_level=logging.WARNING)
+        ray.init(address=cluster.address, logging_level=logging.WARNING)  # keep the table clean
         yield cluster
     finally:
         ray.shutdown()

@@ -34,6 +34,8 @@ from vecsample.testing import CountingEnv
 def ray_cluster(head_cpus: int, *node_cpus: int) -> Iterator[Cluster]:
     """A head of ``head_cpus`` logical CPUs and one node per ``node_cpus``, with the driver
     connected; shut down on the way out, whatever happened."""
+    # No dashboard: seconds of start-up and a process per node that no test reads. Logical
+    # CPUs, not the machine's: they decide where Ray puts each actor (one per node here).
     made = Cluster(initialize_head=True,
                    head_node_args={"num_cpus": head_cpus, "include_dashboard": False})
     module = sys.modules[__name__]
