@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
 from vecsample.__main__ import main
+from vecsample.tools import probe
 from vecsample.tools.policies import mlp
 from vecsample.tools.probe import Cell, crossover
 from vecsample.train import device as dev
@@ -328,6 +331,52 @@ def test_probe_runs_as_a_command() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "training step (forward + backward + Adam)" in done.stdout
+
+
+def test_probe_refuses_bad_input_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit status 2 and one line on stderr, before anything is measured (issue 35)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    small = ["--hidden", "8", "--layers", "1", "--batch-sizes", "1", "--warmup", "0"]
+    for argv, said in ((["--repeats", "0"], "--repeats must be an int >= 1, got 0"),
+                       (["--devices", "cuda"], "sees no CUDA device"),
+                       (["--hidden", "0"], "each --hidden must be an int >= 1, got 0"),
+                       (["--warmup", "-1"], "--warmup must be an int >= 0, got -1"),
+                       (["--repeats", "many"], "invalid int value: 'many'")):
+        assert main(["probe", *small, *argv]) == 2, argv
+        out, err = capsys.readouterr()
+        assert err.startswith("vecsample probe: ") and err.count("\n") == 1, err
+        assert said in err and not out, (argv, err)
+
+
+def test_probe_prints_what_it_measured_when_interrupted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real SIGINT as the second network starts: the first one's tables, the profile and
+    the JSON still come out, and the exit status is 130 (issue 35)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    built: list[int] = []
+    real = probe.TorchBench
+
+    def bench(*args: Any, **kwargs: Any) -> dev.TorchBench:
+        built.append(1)
+        if len(built) == 2:
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(probe, "TorchBench", bench)
+    out_json = tmp_path / "probe.json"
+    argv = ["probe", "--hidden", "8", "16", "--layers", "1", "--batch-sizes", "1", "4",
+            "--repeats", "2", "--warmup", "0", "--profile", "--json", str(out_json)]
+    assert main(argv) == 130
+    text = capsys.readouterr().out
+    assert "interrupted (Ctrl-C) after 1 of 2 networks" in text
+    rows = [line.split()[0] for line in text.splitlines() if line.startswith("1x")]
+    assert rows == ["1x8"] * 4  # two tables x two batch sizes, of the network measured
+    assert "probe profile" in text
+    saved = json.loads(out_json.read_text())
+    assert saved["interrupted"] and {c["hidden"] for c in saved["cells"]} == {8}
 
 
 @needs_cuda

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,9 @@ import ray
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
-from vecsample import errors
+from vecsample import Options, errors
 from vecsample.ray import Chunk, RaySampler
-from vecsample.ray.sampler import KILL_GRACE_S
+from vecsample.ray.actor import KILL_GRACE_S
 from vecsample.testing import CountingEnv, DyingEnv, FixedActionPolicy, fns
 
 ENVS = 4
@@ -80,7 +81,9 @@ def make_ray_sampler(cluster: Cluster) -> Iterator[Callable[..., RaySampler]]:
     made: list[RaySampler] = []
 
     def make(env_fns: list[Callable[[], Any]] | None = None, **kwargs: Any) -> RaySampler:
-        options: dict[str, Any] = {"chunk_length": CHUNK, "seed": 0, "deadline": 60.0}
+        options: dict[str, Any] = {"chunk_length": CHUNK, "seed": 0, "start_deadline": 60.0}
+        if "deadline" in kwargs:  # its deprecated name, which may not come with it
+            del options["start_deadline"]
         options.update(kwargs)
         sampler = RaySampler(env_fns or fns(CountingEnv, ENVS, length=LENGTH), FixedActionPolicy,
                              **options)
@@ -168,7 +171,7 @@ def test_weight_version_advances(make_ray_sampler: Callable[..., RaySampler]) ->
 def test_killed_actor_is_restarted_and_reported(
     make_ray_sampler: Callable[..., RaySampler],
 ) -> None:
-    sampler = make_ray_sampler(weights=2, max_restarts=1)
+    sampler = make_ray_sampler(weights=2, actor_restarts=1)
     sampler.recv()
     ray.kill(sampler.actor(0), no_restart=False)
     after_death: list[Chunk] = []
@@ -217,7 +220,7 @@ def test_an_actor_killed_children_first_loses_its_chunk_not_the_run(
     cloudpickle.register_pickle_by_value(module)  # the actors cannot import this file by name
     try:
         sampler = make_ray_sampler(fns(RayKillEnv, ENVS, marker=str(tmp_path / "killed")),
-                                   num_actors=1, max_restarts=1)
+                                   num_actors=1, actor_restarts=1)
         chunks: list[Chunk] = []
         end = time.monotonic() + 90.0
         while len(chunks) < 3 and time.monotonic() < end:  # the killed one's recv has none
@@ -253,9 +256,58 @@ def test_closed_sampler_refuses(make_ray_sampler: Callable[..., RaySampler]) -> 
 
 
 def test_bad_arguments_are_config_errors(cluster: Cluster) -> None:
-    for kwargs in ({"chunk_length": 0}, {"in_flight": 0}, {"max_restarts": -1},
+    for kwargs in ({"chunk_length": 0}, {"in_flight": 0}, {"actor_restarts": -1},
                    {"num_actors": 0}):
         with pytest.raises(errors.ConfigError):
+            RaySampler(fns(CountingEnv, 2), FixedActionPolicy, **kwargs)
+
+
+def test_own_knobs_and_options_by_their_new_names(
+    make_ray_sampler: Callable[..., RaySampler],
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new names warn about nothing
+        sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1, actor_restarts=1,
+                                   start_deadline=50.0, infos=False,
+                                   options=Options(max_restarts=7, deadline=9.0))
+    assert (sampler.actor_restarts, sampler.start_deadline) == (1, 50.0)
+    options = sampler.options
+    assert (options.max_restarts, options.deadline, options.infos) == (7, 9.0, False)
+    assert len(sampler.recv()) == 1
+
+
+@pytest.mark.parametrize(("old", "new", "value"), [("max_restarts", "actor_restarts", 1),
+                                                   ("deadline", "start_deadline", 50.0)])
+def test_an_old_name_warns_and_keeps_its_meaning(
+    make_ray_sampler: Callable[..., RaySampler], old: str, new: str, value: float,
+) -> None:
+    with pytest.warns(FutureWarning, match=f"{old} is deprecated: it is {new} now"):
+        sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1, **{old: value})
+    assert getattr(sampler, new) == value
+    # RaySampler's own knob, never the Options field of that name:
+    assert getattr(sampler.options, old) == getattr(Options(), old)
+    with pytest.warns(FutureWarning, match=f"attribute {old} is deprecated"):
+        assert getattr(sampler, old) == value
+    assert len(sampler.recv()) == 1
+
+
+def test_sampler_kwargs_warns_and_still_sets_options(
+    make_ray_sampler: Callable[..., RaySampler],
+) -> None:
+    with pytest.warns(FutureWarning, match="sampler_kwargs is deprecated"):
+        sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1,
+                                   sampler_kwargs={"infos": False, "max_restarts": 7})
+    # Its fields are Options fields, as they always were (max_restarts included).
+    assert (sampler.options.infos, sampler.options.max_restarts) == (False, 7)
+    assert sampler.actor_restarts == 3
+    assert len(sampler.recv()) == 1
+
+
+def test_an_old_and_a_new_name_together_are_refused_before_ray_starts(cluster: Cluster) -> None:
+    for kwargs in ({"max_restarts": 1, "actor_restarts": 2},
+                   {"deadline": 5.0, "start_deadline": 6.0},
+                   {"sampler_kwargs": {"infos": False}, "infos": True}):
+        with pytest.warns(FutureWarning), pytest.raises(errors.ConfigError, match="both"):
             RaySampler(fns(CountingEnv, 2), FixedActionPolicy, **kwargs)
 
 

@@ -9,6 +9,8 @@ the policy's action is ``t``, so every row of the rollout is known in advance.
 from __future__ import annotations
 
 import functools
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -256,3 +258,49 @@ def test_replies_in_reverse_worker_order_fill_the_right_rows() -> None:
         rollout.collect()
     assert [1, 0] in sampler.arrivals[:-1], f"no reverse-order batch: {sampler.arrivals}"
     _assert_hand_checked(rollout)
+
+
+def _assert_rows_chain(batch: Any) -> None:
+    """Every row follows the one before it, env by env: the step counter goes up by one (or an
+    episode ended, and the next row starts at 0), and the last action is the one stored."""
+    obs, after = batch.obs.numpy(), np.concatenate([batch.obs.numpy()[1:],
+                                                    batch.next_obs.numpy()[None]])
+    done = (batch.terminated | batch.truncated).numpy()
+    np.testing.assert_array_equal(after[:, :, 1][~done], obs[:, :, 1][~done] + 1)
+    np.testing.assert_array_equal(after[:, :, 3][~done], batch.actions.numpy()[~done])
+    np.testing.assert_array_equal(after[:, :, 1][done], 0)
+
+
+@pytest.mark.parametrize("timeout", [None, 0.0])
+def test_a_collect_cut_by_ctrl_c_leaves_a_rollout_that_collects_again(
+    timeout: float | None,
+) -> None:
+    """A real SIGINT while collect() waits for steps in flight (issue 35): the next collect
+    takes them back and starts from where every env really is, as a VecSampler recovers."""
+    calls = 0
+
+    def act(policy: nn.Module, obs: torch.Tensor) -> Any:
+        nonlocal calls
+        calls += 1  # the first call sizes the storage at construction
+        if calls == 3:  # the second step's actions: Ctrl-C once they are sent, mid-wait
+            threading.Timer(0.1, signal.raise_signal, (signal.SIGINT,)).start()
+        return policy(obs)
+
+    env_fns = fns(SlowEnv, N, step_time=0.3, length=LENGTH)
+    with VecSampler(env_fns, num_workers=2, seed=0) as sampler:
+        rollout = Rollout(sampler, CountingPolicy(), T, device="cpu", act=act, timeout=timeout)
+        with pytest.raises(KeyboardInterrupt):
+            rollout.collect()
+        second = rollout.collect()  # was: WorkerBusyError, for good
+        _assert_rows_chain(second)
+        now = np.asarray(sampler.batch().obs)  # where every env really is
+        np.testing.assert_array_equal(second.next_obs.numpy(), now)
+        assert sampler.get_attr("t") == now[:, 1].tolist()
+        next_start = second.next_obs.clone()
+        third = rollout.collect()
+        np.testing.assert_array_equal(third.obs[0].numpy(), next_start.numpy())
+        _assert_rows_chain(third)
+        # Every step the envs took is counted, those taken back after the interrupt too.
+        taken = [episode * LENGTH + t for episode, t in
+                 zip(sampler.get_attr("episode"), sampler.get_attr("t"), strict=True)]
+    assert rollout.global_step == sum(taken) > 2 * T * N

@@ -3,6 +3,10 @@
 Each subcommand module defines ``add_arguments(parser)`` and ``run(args) -> int``; registering a
 new one is one line in ``SUBCOMMANDS``. Importing lazily keeps ``vecsample --help`` fast and keeps
 torch out of commands that do not need it.
+
+Bad input is one line on stderr and exit status 2, not a traceback: an argument argparse cannot
+parse, a ``ConfigError`` a subcommand raises before it measures anything (a count below 1, a
+device that is not there), or a missing extra.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-from vecsample.errors import MissingExtraError
+from vecsample.errors import ConfigError, MissingExtraError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("vecsample.tools.compare", "full against partial batches (the main job)"),
@@ -21,6 +26,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("vecsample.tools.probe",
               "CPU against GPU time for small policies; where to place them"),
 }
+
+
+class BadInputError(Exception):
+    """What argparse would print before exiting, raised instead, so that ``main`` returns 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise BadInputError(f"{message} (see '{self.prog} --help')")
 
 
 def _usage() -> str:
@@ -42,10 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     module_name, help_ = SUBCOMMANDS[name]
     try:
         module = importlib.import_module(module_name)
-        parser = argparse.ArgumentParser(prog=f"vecsample {name}", description=help_)
+        parser = _Parser(prog=f"vecsample {name}", description=help_)
         module.add_arguments(parser)
         return int(module.run(parser.parse_args(args[1:])))
-    except MissingExtraError as error:  # one line that names the extra, not a traceback
+    except (BadInputError, ConfigError, MissingExtraError) as error:  # one line, no traceback
         sys.stderr.write(f"vecsample {name}: {error}\n")
         return 2
 

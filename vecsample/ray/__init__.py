@@ -10,22 +10,26 @@ require("ray", feature="vecsample.ray")
 
 # The imports below come after the check, so a missing ray is one error that names the extra.
 # ruff: noqa: E402
-from vecsample.ray.errors import ActorsLostError
-from vecsample.ray.sampler import (
-    Chunk,
-    ChunkCollector,
-    Policy,
-    RaySampler,
-    TorchPolicy,
-    numpy_weights,
+from vecsample.ray.actor import Chunk, ChunkCollector, Policy, TorchPolicy, numpy_weights
+from vecsample.ray.errors import (
+    ActorsLostError,
+    ChunkError,
+    PolicyError,
+    RayShutdownError,
+    WeightsError,
 )
+from vecsample.ray.sampler import RaySampler
 
 __all__ = [
     "ActorsLostError",
+    "ChunkError",
     "Chunk",
     "ChunkCollector",
     "Policy",
+    "PolicyError",
     "RaySampler",
+    "RayShutdownError",
     "TorchPolicy",
+    "WeightsError",
     "numpy_weights",
 ]

@@ -1,10 +1,8 @@
 """``RaySampler``: vecsample samplers on every node of a Ray cluster (docs/distributed.md).
 
-A Ray actor call costs about a millisecond and an env step tens of microseconds, so an actor
-never steps once per call: each actor owns a whole local ``VecSampler`` (its own worker processes
-and shared memory) plus a CPU copy of the policy, and returns a rollout *chunk* of
-``chunk_length`` steps of all its envs per call, as numpy (Ray returns numpy zero-copy and
-read-only; torch tensors would be copied).
+The driver side. Each actor (actor.py) owns a local ``VecSampler`` and a policy copy and answers
+each request with a rollout chunk; this module starts the actors, keeps each topped up with
+requests, and hands their chunks back.
 
 * Weights: ``set_weights(w)`` puts ``w`` in the object store once and bumps the version; the ref
   travels with every later request and each chunk says which version it was sampled under.
@@ -15,320 +13,49 @@ read-only; torch tensors would be copied).
   ``ray.wait``). Refs not returned stay pending and come back from a later ``recv``: nothing is
   dropped or returned twice.
 * Faults: an actor that dies loses only its in-flight chunks (counted in ``stats()``); Ray
-  restarts it (``max_restarts``) and the next request carries the weights again. Crashes of env
-  processes inside an actor stay the local VecSampler's job.
+  restarts it (``actor_restarts``) and the next request carries the weights again; a chunk
+  whose request raised (an env's or the policy's error) is counted lost and raised, with the
+  chunks taken beside it. fleet.py keeps these books. Crashes of env processes inside an actor
+  stay the local VecSampler's job.
 
-This module is the only one that imports ``ray``; ``import vecsample`` never does. The chunk
-collection (``ChunkCollector``) is minimal and local on purpose, so that it can be swapped for
-the rollout helper of issue 7 once that lands.
+This package is the only one that imports ``ray``; ``import vecsample`` never does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 import warnings
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
 from vecsample import errors
-from vecsample._wire.spaces import Leaf, leaves
 from vecsample.factories import env_factories
 from vecsample.options import DEFAULT_DEADLINE, Options, adapted, check_int, check_seconds
-from vecsample.ray.errors import ActorsLostError
-from vecsample.sampler import VecSampler
+from vecsample.ray.actor import ActorInfo, ActorSpec, Chunk, Policy, WeightsSpec, remote_actor_class
+from vecsample.ray.errors import RayShutdownError, WeightsError
+from vecsample.ray.fleet import Fleet, LostChunk, Slot
 from vecsample.seeding import child_seeds
 from vecsample.types import AutoresetMode, EnvFn
 
-__all__ = [
-    "Chunk",
-    "ChunkCollector",
-    "Policy",
-    "RaySampler",
-    "SamplerActor",
-    "TorchPolicy",
-    "numpy_weights",
-]
+__all__ = ["RaySampler"]
 
-#: The totals of ``RaySampler.stats()`` counted as chunks come and go.
-#: How long an actor holds back an env process's death by SIGKILL, or its forkserver's loss,
-#: before reporting it. ``ray.kill`` kills the actor's children first and the actor itself tens
-#: of ms later (Ray's core_worker_shutdown_executor); reported at once, that kill reached the
-#: driver as an env crash, not as the loss of a dead actor's chunk.
-KILL_GRACE_S = 5.0
-#: Exit codes an outside kill leaves: SIGKILL, and 255, which multiprocessing reports for a
-#: forkserver child when the forkserver itself is gone.
-_OUTSIDE_KILL_EXITCODES = (-9, 255)
-
-COUNTERS = ("requests", "chunks", "env_steps", "chunks_lost", "actor_deaths", "wait_s")
-
-
-class Policy(Protocol):
-    """What an actor runs: ``act`` on a batch of observations, ``set_weights`` on an update."""
-
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Actions for ``obs`` [N, ...], plus per-env extras (log-probs, values) [N, ...]."""
-        ...
-
-    def set_weights(self, weights: Any) -> None:
-        """Loads weights produced by the trainer (whatever ``RaySampler.set_weights`` got)."""
-        ...
-
-
-@dataclass
-class Chunk:
-    """``length`` steps of one actor's ``N`` envs. Arrays are numpy, read-only when from Ray.
-
-    Autoreset is SAME_STEP: row t is a real transition of every env; where ``terminated`` or
-    ``truncated`` is set, ``final_obs[t]`` holds the last observation (for bootstrapping) and
-    ``obs[t + 1]`` is already the first observation of the next episode.
-    """
-
-    obs: np.ndarray  # [T, N, ...] the observation each action was chosen on
-    actions: np.ndarray  # [T, N, ...]
-    rewards: np.ndarray  # [T, N] float32
-    terminated: np.ndarray  # [T, N] bool
-    truncated: np.ndarray  # [T, N] bool
-    final_obs: np.ndarray  # [T, N, ...] zeros where the episode did not end
-    next_obs: np.ndarray  # [N, ...] the observation after the last step
-    extras: dict[str, np.ndarray]  # [T, N, ...] what the policy returned besides actions
-    episode_returns: np.ndarray  # [E] returns of the episodes that ended in this chunk
-    episode_lengths: np.ndarray  # [E]
-    version: int = 0  # the weights version every step was sampled under
-    actor_id: int = 0
-    node_id: str = ""
-    sample_s: float = 0.0  # seconds the actor spent collecting it
-
-    @property
-    def env_steps(self) -> int:
-        return int(self.rewards.size)
-
-
-# --- local chunk collection (to be replaced by the rollout helper of issue 7) ------------------
-
-
-class ChunkCollector:
-    """Steps one local VecSampler under a policy and packs ``length`` steps into a Chunk."""
-
-    def __init__(self, sampler: VecSampler, policy: Policy, seed: int | None = None) -> None:
-        if sampler.autoreset_mode is not AutoresetMode.SAME_STEP:
-            raise errors.ConfigError(
-                f"ChunkCollector needs autoreset_mode=SameStep, got "
-                f"{sampler.autoreset_mode.value}; every row must be a real transition."
-            )
-        self.sampler = sampler
-        self.policy = policy
-        self._obs_leaf = _single_leaf(sampler.single_observation_space, "observation")
-        self._act_leaf = _single_leaf(sampler.single_action_space, "action")
-        obs, _ = sampler.reset(seed=seed)
-        self._obs = np.array(obs)  # our own copy: the views are overwritten by the next step
-        self._returns = np.zeros(sampler.num_envs, np.float64)
-        self._lengths = np.zeros(sampler.num_envs, np.int64)
-
-    def collect(self, length: int) -> Chunk:
-        """Runs ``length`` steps of every env; the envs carry on from chunk to chunk."""
-        n = self.sampler.num_envs
-        chunk = Chunk(
-            obs=_empty(length, n, self._obs_leaf), actions=_empty(length, n, self._act_leaf),
-            rewards=np.empty((length, n), np.float32),
-            terminated=np.empty((length, n), np.bool_), truncated=np.empty((length, n), np.bool_),
-            final_obs=np.zeros((length, n, *self._obs_leaf.shape), self._obs_leaf.dtype),
-            next_obs=self._obs, extras={}, episode_returns=np.empty(0),
-            episode_lengths=np.empty(0, np.int64),
-        )
-        ended: list[tuple[float, int]] = []
-        for t in range(length):
-            self._step(chunk, t, ended)
-        chunk.next_obs = self._obs.copy()
-        chunk.episode_returns = np.array([r for r, _ in ended], np.float64)
-        chunk.episode_lengths = np.array([k for _, k in ended], np.int64)
-        return chunk
-
-    def _step(self, chunk: Chunk, t: int, ended: list[tuple[float, int]]) -> None:
-        chunk.obs[t] = self._obs
-        actions, extras = self.policy.act(self._obs)
-        chunk.actions[t] = actions
-        for name, value in extras.items():
-            if name not in chunk.extras:
-                value = np.asarray(value)
-                chunk.extras[name] = np.empty((len(chunk.obs), *value.shape), value.dtype)
-            chunk.extras[name][t] = value
-        result = self.sampler.step(chunk.actions[t])
-        chunk.rewards[t] = result.rewards
-        chunk.terminated[t] = result.terminated
-        chunk.truncated[t] = result.truncated
-        done = result.terminated | result.truncated
-        if result.has_final_obs.any():
-            chunk.final_obs[t][result.has_final_obs] = result.final_obs[result.has_final_obs]
-        np.copyto(self._obs, result.obs)
-        self._count_episodes(result.rewards, done, ended)
-
-    def _count_episodes(
-        self, rewards: np.ndarray, done: np.ndarray, ended: list[tuple[float, int]]
-    ) -> None:
-        self._returns += rewards
-        self._lengths += 1
-        for j in np.flatnonzero(done):
-            ended.append((float(self._returns[j]), int(self._lengths[j])))
-        self._returns[done] = 0.0
-        self._lengths[done] = 0
-
-    def close(self) -> None:
-        self.sampler.close()
-
-
-def _single_leaf(space: gym.Space[Any], what: str) -> Leaf:
-    found = leaves(space)
-    if len(found) != 1 or found[0].path:
-        raise errors.UnsupportedSpaceError(
-            f"RaySampler needs a single-array {what} space (Box, Discrete, MultiDiscrete, "
-            f"MultiBinary), got {space}; flatten it with a gymnasium wrapper."
-        )
-    return found[0]
-
-
-def _empty(length: int, n: int, leaf: Leaf) -> np.ndarray:
-    return np.empty((length, n, *leaf.shape), leaf.dtype)
-
-
-# --- policies ----------------------------------------------------------------------------------
-
-
-class TorchPolicy:
-    """A CPU torch module from ``module_fn()``; ``module(obs)`` returns actions, or
-    ``(actions, {name: tensor})`` to ship extras such as log-probs and values with the chunk.
-
-    Weights are a ``{name: numpy array}`` state dict (see ``numpy_weights``): numpy travels
-    through Ray zero-copy, torch tensors do not.
-    """
-
-    def __init__(self, module_fn: Callable[[], Any], threads: int | None = 1) -> None:
-        import torch
-
-        if threads is not None:
-            # One thread by default: the actor's CPUs are claimed by its env workers, and a small
-            # policy gains nothing from intra-op threads that would compete with them.
-            torch.set_num_threads(threads)
-        self.module = module_fn().cpu().eval()
-
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        import torch
-
-        with torch.no_grad():
-            out = self.module(torch.as_tensor(obs, dtype=torch.float32))
-        actions, extras = out if isinstance(out, tuple) else (out, {})
-        return actions.numpy(), {k: v.numpy() for k, v in extras.items()}
-
-    def set_weights(self, weights: Any) -> None:
-        import torch
-
-        self.module.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in weights.items()})
-
-
-def numpy_weights(module: Any) -> dict[str, np.ndarray]:
-    """A torch module's state dict as numpy copies, ready for ``RaySampler.set_weights``."""
-    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
-
-
-# --- the actor ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ActorSpec:
-    """Everything an actor needs to build itself again after a restart."""
-
-    actor_id: int
-    env_fns: list[EnvFn]
-    policy_fn: Callable[[], Policy]
-    seed: int | None
-    #: The actor's VecSampler's options (num_workers: workers_per_actor; autoreset SameStep).
-    options: Options = field(default_factory=Options)
-
-
-class SamplerActor:
-    """One per node: a local VecSampler and a policy copy, answering one chunk per call."""
-
-    def __init__(self, spec: ActorSpec) -> None:
-        context = ray.get_runtime_context()
-        with warnings.catch_warnings():  # Ray's own property reads a deprecated one inside
-            warnings.simplefilter("ignore", DeprecationWarning)
-            reconstructed = context.was_current_actor_reconstructed
-        # A restarted actor draws fresh env seeds from the OS: replaying the seeds of its first
-        # life would sample the same episodes again.
-        seed = None if reconstructed else spec.seed
-        sampler = VecSampler(spec.env_fns, options=spec.options)
-        try:
-            self._collector = ChunkCollector(sampler, spec.policy_fn(), seed)
-        except BaseException:
-            sampler.close()
-            raise
-        self.actor_id = spec.actor_id
-        self.node_id = str(context.get_node_id())
-        self.version = -1  # nothing loaded yet: the first request always sets it
-
-    def ready(self) -> str:
-        """The node this actor runs on; answering also proves the envs were built."""
-        return self.node_id
-
-    def sample(self, length: int, version: int, weights: list[Any]) -> Chunk:
-        """One chunk under weights ``version``. ``weights`` is ``[ref]`` (or ``[None]`` for the
-        policy's own initial weights): a nested ref is not fetched unless the version changed."""
-        if version != self.version:
-            if weights[0] is not None:
-                self._collector.policy.set_weights(ray.get(weights[0]))
-            self.version = version
-        start = time.perf_counter()
-        try:
-            chunk = self._collector.collect(length)
-        except errors.WorkerDiedError as exc:
-            if exc.exitcode in _OUTSIDE_KILL_EXITCODES:
-                time.sleep(KILL_GRACE_S)  # killed by Ray, this actor dies in the meantime
-            raise
-        chunk.version, chunk.actor_id, chunk.node_id = version, self.actor_id, self.node_id
-        chunk.sample_s = time.perf_counter() - start
-        return chunk
-
-    def close(self) -> None:
-        self._collector.close()
-
-
-@functools.lru_cache(maxsize=1)
-def _remote_actor_class() -> Any:
-    return ray.remote(SamplerActor)
+#: How often Ray may rebuild each dead actor, by default (``RaySampler(actor_restarts=)``).
+ACTOR_RESTARTS = 3
+#: RaySampler's own knobs that once had the name of an ``Options`` field, by their old name.
+#: The old name is a deprecated alias for one release; after it, it stays refused by name, so
+#: that ``RaySampler(max_restarts=5)`` never silently becomes the Options field of that name.
+RENAMED = {"max_restarts": "actor_restarts", "deadline": "start_deadline"}
+#: The own knobs' defaults, to tell a new name that was given from one left alone.
+_OWN_DEFAULTS: dict[str, Any] = {"actor_restarts": ACTOR_RESTARTS,
+                                 "start_deadline": DEFAULT_DEADLINE}
 
 
 # --- the driver side ---------------------------------------------------------------------------
-
-
-@dataclass
-class _Slot:
-    """The driver's view of one actor: its handle and its requests in flight."""
-
-    actor_id: int
-    handle: Any
-    node_id: str = ""
-    pending: deque[Any] = field(default_factory=deque)
-    deaths: int = 0
-    #: Failures since the last chunk delivered. The failures that follow one death (its
-    #: in-flight chunks, and requests sent before Ray saw it die) are one death, not several.
-    failures_in_row: int = 0
-    alive: bool = True
-
-    def gone(self, max_restarts: int, in_flight: int) -> bool:
-        """Whether the actor is not coming back: it died more than ``max_restarts`` times, or
-        failed too often in a row. Ray answers every request to an actor past its
-        max_restarts with an error at once; this many failures without one chunk in between
-        means it is past them."""
-        give_up_after = in_flight * (max_restarts + 2) + 8
-        return self.deaths > max_restarts or self.failures_in_row > give_up_after
 
 
 def _fixed(workers_per_actor: int) -> dict[str, tuple[Any, str]]:
@@ -340,20 +67,19 @@ def _fixed(workers_per_actor: int) -> dict[str, tuple[Any, str]]:
     }
 
 
-def _start_actor(spec: ActorSpec, max_restarts: int) -> _Slot:
-    """Asks Ray for the actor of ``spec``; it builds itself in the background."""
-    handle = _remote_actor_class().options(
+def _start_actor(spec: ActorSpec, actor_restarts: int) -> Any:
+    """Asks Ray for the actor of ``spec`` (its handle); it builds itself in the background."""
+    return remote_actor_class().options(
         # num_cpus = the env processes it spawns: they are the load Ray must not oversubscribe
         # (the actor's own process, running the policy, is not counted).
         num_cpus=spec.options.num_workers,
         # SPREAD (best effort): one actor per node when there are as many actors as nodes.
         scheduling_strategy="SPREAD",
-        # Ray rebuilds a dead actor (same spec) up to max_restarts times...
-        max_restarts=max_restarts,
+        # Ray rebuilds a dead actor (same spec) up to actor_restarts times...
+        max_restarts=actor_restarts,
         # ...but never re-runs a chunk that was in flight: it is dropped and counted instead.
         max_task_retries=0,
     ).remote(spec)
-    return _Slot(spec.actor_id, handle)
 
 
 class RaySampler:
@@ -375,10 +101,10 @@ class RaySampler:
         num_envs: With an env id, how many envs per actor; with factories, their count (a check).
         env_kwargs: With an env id, keyword arguments of ``gymnasium.make``.
         num_actors: How many actors; default one per alive node of the cluster.
-        workers_per_actor: Env processes per actor; must divide the envs of an actor. Each
-            actor reserves that many CPUs from Ray (``num_cpus``), so a node with fewer free
-            CPUs never gets it: the actors then never start and the constructor raises after
-            ``deadline``.
+        workers_per_actor: Env processes per actor; must divide the envs of an actor (unless
+            ``uneven_split``; checked before Ray starts). Each actor reserves that many CPUs
+            from Ray (``num_cpus``), so a node with fewer free CPUs never gets it: the actors
+            then never start and the constructor raises after ``start_deadline``.
         chunk_length: Steps of every env in one chunk.
         weights: Initial weights for the actors' policies, sent as with ``set_weights``
             (version 1); None keeps the weights ``policy_fn`` built (version 0).
@@ -388,26 +114,36 @@ class RaySampler:
         in_flight: Requests kept queued per actor (2: the actor samples the next chunk while
             the trainer works on this one). Chunks already queued finish under the weights they
             were sent with; each chunk's ``version`` says which.
-        max_restarts: How often **Ray** may rebuild each dead **actor** (Ray's actor option of
-            that name). The chunks in flight on a dead actor are lost and counted in
-            ``stats()``, never re-run; an actor that dies more often is retired. Not
+        actor_restarts: How often **Ray** may rebuild each dead **actor** (Ray's actor option
+            ``max_restarts``). The chunks in flight on a dead actor are lost and counted in
+            ``stats()``, never re-run. A restart in progress is not a death: the actor gets no
+            request until Ray says it is back, however long that takes; it is retired only
+            when Ray says it cannot come back (``actors_alive`` drops). Not
             ``Options.max_restarts``, which bounds how often each actor's VecSampler respawns
             one of its env processes (with ``restart=True``): set that one in ``options``.
-        deadline: Seconds the actors may take to start, and one full ``recv`` may wait; None
-            waits forever. Each actor's VecSampler has its own, ``Options.deadline``.
+        start_deadline: Seconds the actors may take to start, and one full ``recv`` may wait
+            (for restarting actors too); None waits forever. Each actor's VecSampler has its
+            own, ``Options.deadline``.
         options: Each actor's ``VecSampler``'s ``vecsample.Options`` (``context``, ``infos``,
             ``restart``, ...). This class sets ``num_workers`` (``workers_per_actor``),
             ``autoreset_mode`` ('SameStep') and ``seed`` (per actor, from ``seed``): setting
             them here is a ConfigError.
-        sampler_kwargs: ``Options`` fields by name, applied on top of ``options``; an unknown
-            name is a ConfigError naming the closest field.
+        **overrides: ``Options`` fields by name, applied on top of ``options`` (as
+            ``VecSampler(env_fns, options=..., **overrides)`` takes them); an unknown name is a
+            ConfigError naming the closest field. ``max_restarts`` and ``deadline`` are not
+            taken here: on this class they are the deprecated names of ``actor_restarts`` and
+            ``start_deadline``; set the Options fields of those names through ``options=``.
+
+    Deprecated (for one release, each with a ``FutureWarning``; they keep their old meaning):
+        ``max_restarts=``: ``actor_restarts``. ``deadline=``: ``start_deadline``.
+        ``sampler_kwargs={...}``: the same fields as ``**overrides``, or in ``options=``.
 
     Raises:
         ConfigError: An argument or option has the wrong type or range (a count below 1, a
-            negative ``max_restarts`` or ``deadline``, an env id without ``num_envs``, an
-            unknown option, ...), before Ray is started.
-        DeadlineExceededError: The actors were not all built within ``deadline`` (not enough
-            free CPUs on the cluster, or slow env builds). Every actor started is killed.
+            negative ``actor_restarts`` or ``start_deadline``, an env id without ``num_envs``,
+            an unknown option, ...), before Ray is started.
+        DeadlineExceededError: The actors were not all built within ``start_deadline`` (not
+            enough free CPUs on the cluster, or slow env builds). Every actor started is killed.
         ray.exceptions.RayActorError: An actor failed to build (an env factory or
             ``policy_fn`` raised, or a space is not a single array); the message carries the
             actor's traceback.
@@ -445,47 +181,74 @@ class RaySampler:
         weights: Any = None,
         seed: int | None = None,
         in_flight: int = 2,
-        max_restarts: int = 3,
-        deadline: float | None = DEFAULT_DEADLINE,
+        actor_restarts: int = ACTOR_RESTARTS,
+        start_deadline: float | None = DEFAULT_DEADLINE,
         options: Options | None = None,
-        sampler_kwargs: dict[str, Any] | None = None,
+        **overrides: Any,
     ) -> None:
         self._closed = True  # until the actors are up
+        # Everything is checked before Ray is started (a ConfigError costs no cluster).
+        overrides, own = _renamed(overrides, actor_restarts=actor_restarts,
+                                  start_deadline=start_deadline)
         fns = env_factories(env_fns, num_envs, env_kwargs)
         self.chunk_length = check_int(chunk_length, "chunk_length")
         self.in_flight = check_int(in_flight, "in_flight")
-        self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0)
+        self.actor_restarts = check_int(own["actor_restarts"], "actor_restarts", minimum=0)
         self.workers_per_actor = check_int(workers_per_actor, "workers_per_actor")
-        self.deadline = check_seconds(deadline, "deadline")
-        self.options = adapted(options, dict(sampler_kwargs or {}), where="RaySampler",
-                               fixed=_fixed(self.workers_per_actor))  # before Ray starts
-        if not ray.is_initialized():
-            ray.init()  # joins a cluster started on this machine (`ray start`), else a local one
-        self.num_actors, self.envs_per_actor = _num_actors(num_actors), len(fns)
-        self._version = 0
-        self._weights_ref: Any = None
-        self._stats = dict.fromkeys(COUNTERS, 0.0)
-        specs = [ActorSpec(i, fns, policy_fn, actor_seed, self.options)
-                 for i, actor_seed in enumerate(_actor_seeds(seed, self.num_actors))]
-        self._slots = [_start_actor(spec, self.max_restarts) for spec in specs]
-        self._closed = False
-        self._await_ready()
+        self.start_deadline = check_seconds(own["start_deadline"], "start_deadline")
+        self.options = adapted(options, overrides, where="RaySampler",
+                               fixed=_fixed(self.workers_per_actor))
+        _check_split(len(fns), self.workers_per_actor, self.options.uneven_split)
+        num_actors = None if num_actors is None else check_int(num_actors, "num_actors")
+        self._start(fns, policy_fn, num_actors, seed)
         if weights is not None:
             self.set_weights(weights)
 
+    def _start(self, fns: list[EnvFn], policy_fn: Callable[[], Policy], num_actors: int | None,
+               seed: int | None) -> None:
+        """Starts Ray if it is not, then the actors; returns once every actor is built."""
+        if not ray.is_initialized():
+            ray.init()  # joins a cluster started on this machine (`ray start`), else a local one
+        self._ray = _ray_instance()  # the Ray the actors live in: gone after ray.shutdown()
+        self.num_actors, self.envs_per_actor = _num_actors(num_actors), len(fns)
+        self._version = 0
+        self._weights_ref: Any = None
+        self._weights_spec: WeightsSpec | None = None
+        specs = [ActorSpec(i, fns, policy_fn, actor_seed, self.options)
+                 for i, actor_seed in enumerate(_actor_seeds(seed, self.num_actors))]
+        self._fleet = Fleet([_start_actor(spec, self.actor_restarts) for spec in specs],
+                            self.actor_restarts)
+        self._closed = False
+        self._await_ready()
+
+    @property
+    def max_restarts(self) -> int:
+        """Deprecated: ``actor_restarts``."""
+        _warn_renamed("max_restarts", "actor_restarts", "attribute", stacklevel=3)
+        return self.actor_restarts
+
+    @property
+    def deadline(self) -> float | None:
+        """Deprecated: ``start_deadline``."""
+        _warn_renamed("deadline", "start_deadline", "attribute", stacklevel=3)
+        return self.start_deadline
+
     def _await_ready(self) -> None:
-        refs = [slot.handle.ready.remote() for slot in self._slots]
+        slots = self._fleet.slots
+        refs = [slot.handle.ready.remote() for slot in slots]
         try:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.deadline)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.start_deadline)
             if len(ready) < len(refs):
                 raise errors.DeadlineExceededError(
                     hung_workers=[i for i, r in enumerate(refs) if r not in ready],
-                    deadline=self.deadline, who="Ray actors (starting)",
+                    deadline=self.start_deadline, who="Ray actors (starting)",
                     fix=f"check `ray status` for free CPUs (each actor asks for "
                     f"num_cpus={self.workers_per_actor})",
                 )
-            for slot, node in zip(self._slots, ray.get(refs), strict=True):
-                slot.node_id = node
+            infos: list[ActorInfo] = ray.get(refs)
+            for slot, info in zip(slots, infos, strict=True):
+                slot.node_id = info.node_id
+            self._weights_spec = infos[0].weights_spec  # every actor runs the same policy_fn
         except BaseException:
             self.close()
             raise
@@ -503,132 +266,148 @@ class RaySampler:
         Chunks already in flight finish under their old version (their ``version`` says so).
         Actors are topped up to ``in_flight`` requests here and at the start of ``recv``, not
         when a chunk is received: with ``in_flight=1``, ``recv``, update, ``set_weights``
-        samples strictly on-policy. Returns the new version.
+        samples strictly on-policy. Returns the new version. Weights that do not fit the
+        policy's ``weights_spec()`` (``TorchPolicy`` has one) raise ``WeightsError`` here, and
+        the version does not change.
         """
         self._check_open()
+        _check_weights(weights, self._weights_spec)
         self._weights_ref = ray.put(weights)
         self._version += 1
+        self._settle_probes()
         self._fill()  # actors with a free slot start on the new weights now
         return self._version
 
     # --- receiving -----------------------------------------------------------------------------
 
     def recv(self, timeout: float | None = None, min_chunks: int | None = None) -> list[Chunk]:
-        """Full (no arguments): one chunk from every live actor. Partial: waits up to
-        ``timeout`` seconds (None: no limit) for ``min_chunks`` (default 1) chunks, then returns
-        every chunk ready by then, possibly none. Chunks not returned stay pending.
+        """Full (no arguments): one chunk from every actor that is up, waiting (within
+        ``start_deadline``) for a restarting one when none is. Partial: waits up to ``timeout``
+        seconds (None: no limit) for ``min_chunks`` (default 1) chunks, then returns every chunk
+        ready by then, possibly none. Chunks not returned stay pending.
+
+        A request that raised (an env's or the policy's error, from the actor) is counted lost
+        and its error is raised, carrying the chunks taken in this call (``results``) and the
+        actor (``actor_id``). After a KeyboardInterrupt, the chunks this call had taken come
+        back from the next one, as VecSampler's results do.
         """
         self._check_open()
-        self._fill()
         start = time.perf_counter()
-        if timeout is None and min_chunks is None:
-            chunks = self._recv_full()
-        else:
-            chunks = self._recv_partial(timeout, 1 if min_chunks is None else min_chunks)
-        self._stats["wait_s"] += time.perf_counter() - start
-        return chunks
-
-    def _recv_full(self) -> list[Chunk]:
-        firsts = [slot.pending[0] for slot in self._live()]
-        ready, _ = ray.wait(firsts, num_returns=len(firsts), timeout=self.deadline)
-        chunks = self._take(ready)
-        if len(ready) < len(firsts):
-            hung = [s.actor_id for s in self._live() if s.pending and s.pending[0] in firsts]
-            raise errors.DeadlineExceededError(
-                hung_workers=hung, deadline=self.deadline, who="Ray actors",
-                fix="their requests stay pending. Raise `deadline` or shorten `chunk_length`",
-                results=chunks,
-            )
-        return chunks
-
-    def _recv_partial(self, timeout: float | None, min_chunks: int) -> list[Chunk]:
-        timeout, min_chunks = check_seconds(timeout, "timeout"), check_int(min_chunks, "min_chunks")
-        refs = [ref for slot in self._live() for ref in slot.pending]
-        ray.wait(refs, num_returns=min(min_chunks, len(refs)), timeout=timeout)
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return self._take(ready)
-
-    def _take(self, ready: list[Any]) -> list[Chunk]:
-        """Fetches the ready refs, oldest first per actor; a dead actor's refs are dropped."""
-        chunks: list[Chunk] = []
-        done = set(ready)
-        for slot in self._live():
-            while slot.alive and slot.pending and slot.pending[0] in done:
-                chunk = self._get(slot, slot.pending.popleft())
-                if chunk is not None:
-                    chunks.append(chunk)
-        return chunks
-
-    def _get(self, slot: _Slot, ref: Any) -> Chunk | None:
         try:
-            chunk = ray.get(ref)
-        except RayActorError:
-            self._lost(slot)
-            return None
-        assert isinstance(chunk, Chunk)
-        slot.failures_in_row = 0
-        self._stats["chunks"] += 1
-        self._stats["env_steps"] += chunk.env_steps
-        return chunk
+            self._settle_probes()
+            self._fill()
+            if timeout is None and min_chunks is None:
+                self._recv_full()
+            else:
+                self._recv_partial(timeout, 1 if min_chunks is None else min_chunks)
+        finally:
+            self._fleet.stats["wait_s"] += time.perf_counter() - start
+        return self._fleet.hand_over()
 
-    def _lost(self, slot: _Slot) -> None:
-        """A request failed because its actor died (or is restarting): drop it, count it."""
-        self._stats["chunks_lost"] += 1
-        slot.failures_in_row += 1
-        if slot.failures_in_row == 1:
-            slot.deaths += 1
-            self._stats["actor_deaths"] += 1
-        if slot.gone(self.max_restarts, self.in_flight):
-            self._retire(slot)
+    def _recv_full(self) -> None:
+        end = _end(self.start_deadline)
+        while True:
+            self._fill()  # an actor back from a restart gets its requests here
+            up = self._fleet.up()
+            if not up:  # every live actor is restarting: wait for one to be back
+                if not self._await_restart(end):
+                    raise self._late(self._fleet.restarting(), "restarting")
+                continue
+            firsts = [slot.pending[0][0] for slot in up]
+            ready, _ = ray.wait(firsts, num_returns=len(firsts), timeout=_left(end))
+            taken = self._fleet.take(ready)
+            if len(ready) < len(firsts):
+                raise self._late([s for s in up if s.pending and s.pending[0][0] in firsts], "")
+            if taken:  # else every actor waited for died meanwhile: wait for their restarts
+                return
 
-    def _retire(self, slot: _Slot) -> None:
-        slot.alive = False
-        self._stats["chunks_lost"] += len(slot.pending)
-        slot.pending.clear()
-        if not self._live():
-            raise ActorsLostError(
-                f"every Ray actor died more than max_restarts={self.max_restarts} times; "
-                f"check the actors' logs (`ray logs`) and the nodes' memory."
-            )
+    def _recv_partial(self, timeout: float | None, min_chunks: int) -> None:
+        timeout, min_chunks = check_seconds(timeout, "timeout"), check_int(min_chunks, "min_chunks")
+        end = _end(timeout)
+        if not self._fleet.up() and self._await_restart(end):  # every live actor is restarting
+            self._fill()
+        refs = [ref for slot in self._fleet.live() for ref, _ in slot.pending]
+        if refs:
+            ray.wait(refs, num_returns=min(min_chunks, len(refs)), timeout=_left(end))
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            self._fleet.take(ready)
+
+    def _await_restart(self, end: float | None) -> bool:
+        """Waits until a restarting actor's probe answers (or ``end``), and reads the answers;
+        False if none answered in time."""
+        probes = [slot.probe for slot in self._fleet.restarting()]
+        ready, _ = ray.wait(probes, num_returns=1, timeout=_left(end))
+        self._settle_probes()
+        return bool(ready)
+
+    def _settle_probes(self) -> None:
+        """Reads every probe answered by now (actors back, still restarting, or gone)."""
+        probes = [slot.probe for slot in self._fleet.restarting()]
+        if probes:
+            ready, _ = ray.wait(probes, num_returns=len(probes), timeout=0)
+            self._fleet.settle(ready)
+
+    def _late(self, slots: list[Slot], restarting: str) -> errors.DeadlineExceededError:
+        """The error of a full recv past ``start_deadline``; the chunks taken ride on it."""
+        if restarting:
+            fix = (f"Ray is restarting them and no node took them back in time (each asks for "
+                   f"num_cpus={self.workers_per_actor}); add nodes or free CPUs, or raise "
+                   f"`start_deadline`. They stay restarting")
+        else:
+            fix = "their requests stay pending. Raise `start_deadline` or shorten `chunk_length`"
+        return errors.DeadlineExceededError(
+            hung_workers=[slot.actor_id for slot in slots], deadline=self.start_deadline,
+            who=f"Ray actors{' (restarting)' if restarting else ''}", fix=fix,
+            results=self._fleet.release())
 
     def _fill(self) -> None:
-        """Tops every live actor up to ``in_flight`` requests, carrying the current weights."""
-        for slot in self._live():
-            while len(slot.pending) < self.in_flight:
-                ref = slot.handle.sample.remote(
-                    self.chunk_length, self._version, [self._weights_ref])
-                slot.pending.append(ref)
-                self._stats["requests"] += 1
-
-    def _live(self) -> list[_Slot]:
-        return [slot for slot in self._slots if slot.alive]
+        """Tops every actor that is up to ``in_flight`` requests, carrying the current weights."""
+        self._fleet.fill(self.in_flight, lambda slot: slot.handle.sample.remote(
+            self.chunk_length, self._version, [self._weights_ref]))
 
     # --- stats and lifetime --------------------------------------------------------------------
 
     def actor_nodes(self) -> list[str]:
-        """The Ray node id of each actor, by actor id."""
-        return [slot.node_id for slot in self._slots]
+        """The Ray node id of each actor, by actor id: where it runs (while it restarts: where
+        it last ran). A restart on another node shows here with its first chunk or once Ray
+        says it is back."""
+        return [slot.node_id for slot in self._fleet.slots]
 
     def actor(self, actor_id: int) -> Any:
         """The Ray handle of actor ``actor_id`` (to inspect it, or to kill it in a test)."""
-        return self._slots[actor_id].handle
+        return self._fleet.slots[actor_id].handle
 
     def pending(self) -> int:
         """Chunks requested but not yet returned by ``recv``."""
-        return sum(len(slot.pending) for slot in self._slots)
+        return self._fleet.pending()
+
+    @property
+    def losses(self) -> list[LostChunk]:
+        """The chunks lost (the last 1000), oldest first: each one's actor and why it was
+        lost (the actor died, its request raised, the sampler was closed, ...)."""
+        return list(self._fleet.losses)
 
     def stats(self) -> dict[str, float]:
         """Totals since construction: chunks requested, chunks and env steps received, chunks
-        lost to dead actors, actor deaths, seconds waited in ``recv``, actors alive, weights
-        version. ``requests == chunks + chunks_lost + pending()`` always holds."""
-        out = dict(self._stats)
-        out["actors_alive"] = float(len(self._live()))
+        lost (``losses`` says why), actor deaths, seconds waited in ``recv``, actors alive (not
+        gone for good) and restarting, weights version.
+        ``requests == chunks + chunks_lost + pending()`` always holds."""
+        out = dict(self._fleet.stats)
+        out["actors_alive"] = float(len(self._fleet.live()))
+        out["actors_restarting"] = float(len(self._fleet.restarting()))
         out["version"] = float(self._version)
         return out
 
     def _check_open(self) -> None:
+        """Refuses a call on a sampler that cannot answer it, before any Ray call (one would
+        start a new Ray instance behind the user's back)."""
         if self._closed:
-            raise errors.ClosedError("this RaySampler is closed; create a new one.")
+            raise errors.ClosedError(what="RaySampler")
+        if not _same_ray(self._ray):
+            raise RayShutdownError()
+        lost = self._fleet.lost_error()
+        if lost is not None:
+            raise lost
 
     @property
     def closed(self) -> bool:
@@ -639,20 +418,24 @@ class RaySampler:
     # own close() (5 s + 0.5 s). docs/semantics.md, "What each timeout and deadline bounds".
     def close(self, timeout: float = 10.0) -> None:
         """Asks each actor to close its VecSampler, waits up to ``timeout`` seconds for them all,
-        then kills every actor for good. Idempotent."""
-        slots = getattr(self, "_slots", [])
+        then kills every actor for good. Idempotent; after ``ray.shutdown()``, which took the
+        actors with it, it only marks the sampler closed."""
+        fleet: Fleet | None = getattr(self, "_fleet", None)
         self._closed = True
-        for slot in slots:
-            # Not ray.cancel: cancelling queued actor tasks stalled the close() queued behind
-            # them for the whole timeout (Ray 2.60); the chunks in flight just finish unread.
-            slot.pending.clear()
-        closing = [s.handle.close.remote() for s in slots if s.alive]
+        if fleet is None:
+            return
+        # Not ray.cancel: cancelling queued actor tasks stalled the close() queued behind them
+        # for the whole timeout (Ray 2.60); the chunks in flight just finish unread.
+        up = fleet.up()
+        fleet.close()
+        if not _same_ray(getattr(self, "_ray", None)):
+            return
+        closing = [slot.handle.close.remote() for slot in up]
         if closing:
             with contextlib.suppress(RayActorError):
                 ray.wait(closing, num_returns=len(closing), timeout=timeout)
-        for slot in slots:
+        for slot in fleet.slots:
             ray.kill(slot.handle, no_restart=True)
-            slot.alive = False
 
     def __enter__(self) -> RaySampler:
         return self
@@ -666,12 +449,102 @@ class RaySampler:
                 f"chunk_length={self.chunk_length}, version={self._version}, {state})")
 
 
+def _warn_renamed(old: str, new: str, kind: str, stacklevel: int = 4) -> None:
+    # FutureWarning, not DeprecationWarning: RaySampler is called from training scripts and
+    # the modules they import, where Python hides DeprecationWarning by default, and after this
+    # release the old name is refused, so the person running the script must see it now.
+    warnings.warn(
+        f"RaySampler's {kind} {old} is deprecated: it is {new} now (it is RaySampler's own, not "
+        f"the Options field {old}, which each actor's VecSampler takes through options=); "
+        f"{old} will be refused after this release.", FutureWarning, stacklevel=stacklevel)
+
+
+def _renamed(overrides: dict[str, Any], **own: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(Options overrides, own knobs)``: the deprecated names taken out of ``overrides`` with
+    a FutureWarning each: ``max_restarts`` and ``deadline`` set RaySampler's own knobs (their old
+    meaning), and ``sampler_kwargs``'s fields join the overrides (Options fields, as they were)."""
+    overrides = dict(overrides)
+    for old, new in RENAMED.items():
+        if old in overrides:
+            _warn_renamed(old, new, "argument")
+            if own[new] != _OWN_DEFAULTS[new]:
+                raise errors.ConfigError(f"{old}= and {new}= were both given; {old} is the "
+                                         f"deprecated name of {new}: pass {new} only.")
+            own[new] = overrides.pop(old)
+    if "sampler_kwargs" in overrides:
+        warnings.warn("RaySampler's argument sampler_kwargs is deprecated: pass the Options "
+                      "fields as keywords, or in options=; sampler_kwargs will be refused after "
+                      "this release.", FutureWarning, stacklevel=3)
+        extra = dict(overrides.pop("sampler_kwargs") or {})
+        both = sorted(set(extra) & set(overrides))
+        if both:
+            raise errors.ConfigError(f"{both} given both as keywords and in sampler_kwargs; "
+                                     f"pass each once.")
+        overrides.update(extra)
+    return overrides, own
+
+
+def _ray_instance() -> str:
+    """Which Ray instance this driver is connected to: its own worker id, new at each init."""
+    return str(ray.get_runtime_context().get_worker_id())
+
+
+def _same_ray(instance: str | None) -> bool:
+    """Whether Ray is still the instance ``instance`` (asked without starting one)."""
+    return instance is not None and ray.is_initialized() and _ray_instance() == instance
+
+
+def _end(seconds: float | None) -> float | None:
+    return None if seconds is None else time.monotonic() + seconds
+
+
+def _left(end: float | None) -> float | None:
+    return None if end is None else max(0.0, end - time.monotonic())
+
+
+def _check_weights(weights: Any, spec: WeightsSpec | None) -> None:
+    """Refuses ``weights`` that do not fit ``spec`` (the policy's ``weights_spec()``)."""
+    if spec is None:
+        return
+    fix = "build them with numpy_weights(module) from the module that policy_fn's policy runs"
+    if not isinstance(weights, Mapping):
+        raise WeightsError(name="weights", expected=f"a mapping of {len(spec)} arrays by name",
+                           got=type(weights).__name__, fix=fix)
+    missing, unknown = sorted(set(spec) - set(weights)), sorted(set(weights) - set(spec))
+    if missing or unknown:
+        names = ", ".join(f"{what} {found}" for what, found in
+                          (("missing", missing), ("unknown", unknown)) if found)
+        raise WeightsError(f"weights must have the policy's names {sorted(spec)}, got {names}; "
+                           f"{fix}.")
+    for name, (shape, dtype) in spec.items():
+        value = weights[name]
+        got = (tuple(np.shape(value)), str(getattr(value, "dtype", "")).removeprefix("torch."))
+        if got != (shape, dtype):
+            raise WeightsError(f"weights[{name!r}] must have shape {shape} dtype {dtype}, got "
+                               f"shape {got[0]} dtype {got[1] or type(value).__name__}; {fix}.")
+
+
 def _num_actors(num_actors: int | None) -> int:
-    """Default: one actor per alive node of the cluster."""
+    """Default: one actor per alive node of the cluster (``num_actors`` is checked already)."""
     if num_actors is None:
         nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
         return max(1, len([node for node in nodes if node.get("Alive")]))
-    return check_int(num_actors, "num_actors")
+    return num_actors
+
+
+def _check_split(num_envs: int, workers: int, uneven_split: bool) -> None:
+    """``workers_per_actor`` against an actor's envs, as its VecSampler will check it, but
+    before Ray starts: each actor asks Ray for that many CPUs, so a split that cannot work
+    would wait out ``start_deadline`` for them first and then blame the CPUs."""
+    if workers > num_envs:
+        raise errors.ConfigError(name="workers_per_actor",
+                                 expected=f"at most the envs of an actor ({num_envs})",
+                                 got=workers, fix="an env process needs at least one env")
+    if num_envs % workers and not uneven_split:
+        divisors = [d for d in range(1, num_envs + 1) if num_envs % d == 0]
+        raise errors.ConfigError(
+            f"the {num_envs} envs of an actor are not divisible by workers_per_actor={workers}; "
+            f"choose workers_per_actor from {divisors}, or pass uneven_split=True.")
 
 
 def _actor_seeds(seed: int | None, count: int) -> list[int | None]:

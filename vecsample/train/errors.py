@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from vecsample.errors import VecSampleError
+from vecsample.errors import ConfigError
 
 
-class PlacementError(VecSampleError, ValueError):
-    """A device cannot be used as asked (unknown name, no CUDA, policies that do not match)."""
+class PlacementError(ConfigError):
+    """A device cannot be used as asked (unknown name, no CUDA, policies that do not match).
+
+    A ``ConfigError`` (so a ``ValueError``): bad input, which the command line prints as one
+    line."""

@@ -24,6 +24,11 @@ inference has always finished before that memory is written again. Observations 
 memory are never copied non_blocking: that memory is pageable and is rewritten by the next step.
 Device-to-host copies (actions for the workers) are always blocking: the workers read them next.
 
+**Interrupts.** A ``collect`` cut short (Ctrl-C, a KeyboardInterrupt out of it) leaves the
+rollout usable, as a ``VecSampler`` is: the next ``collect`` first takes back the steps still in
+flight (their rewards count in ``episodes`` and ``global_step``) and starts a whole new rollout
+from every env's current observation, the sampler's. The interrupted rollout's rows are dropped.
+
 Observations are stored as float32 whatever the env's dtype; rewards as float32.
 Requires ``AutoresetMode.SAME_STEP``: an ended env is reset inside its last step, and its last
 observation is kept in ``final_obs`` (flagged by ``has_final_obs``) for value bootstrapping on
@@ -237,6 +242,7 @@ class Rollout:
         self._returns, self._lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, np.int64)
         self._pos = np.zeros(self.num_envs, dtype=np.int64)
         self._in_flight: set[int] = set()
+        self._unfinished = False  # a collect raised (Ctrl-C): the next one recovers first
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -316,7 +322,14 @@ class Rollout:
         return seconds
 
     def collect(self) -> RolloutBatch:
-        """Sync the weights once, then step until every env has ``num_steps`` new rows."""
+        """Sync the weights once, then step until every env has ``num_steps`` new rows.
+
+        After a ``collect`` that raised (a KeyboardInterrupt), this one first takes back the
+        steps still in flight and starts from every env's current observation.
+        """
+        if self._unfinished:
+            self._recover()
+        self._unfinished = True  # until this collect returns
         self.sync()
         if not self._started:
             self._reset()
@@ -329,7 +342,28 @@ class Rollout:
                 self._act_and_send(ready)
             results = self.sampler.step_recv(self.timeout)
             ready = [w for w in map(self._record, results) if w is not None]
+        self._unfinished = False
         return self.batch
+
+    def _recover(self) -> None:
+        """After a collect that raised: takes back every step the sampler still has in flight
+        (the sampler, not ``_in_flight``, knows: an interrupt may fall between a send and its
+        bookkeeping), then makes every env's current observation the next rollout's start."""
+        while True:
+            try:
+                results = self.sampler.step_recv(None)
+            except errors.NoPendingError:  # nothing in flight any more
+                break
+            for r in results:  # the envs stepped: their rewards still count
+                self._track_episodes(r, r.env_ids.start)
+                self.global_step += len(r.rewards)
+                self.timer.add_steps(len(r.rewards))
+        self._in_flight.clear()
+        if self._started:
+            with self.timer.phase("copy"):
+                current = np.asarray(self.sampler.batch().obs)  # every env, as it is now
+                self.batch.next_obs.copy_(torch.from_numpy(current))
+        self._unfinished = False
 
     def _reset(self) -> None:
         obs, _ = self.sampler.reset(seed=self._seed)
