@@ -91,8 +91,9 @@ BAD_INPUT = [
      r"worker 1 could not build its envs \(env 1\).*no simulator license"),
     ("worker index out of range", lambda s: s.step_send(2, ones(2)), errors.WorkerIndexError,
      r"out of range.*2 workers \(0\.\.1\)"),
+    # The words Options gives a bad seed too (one check, seeding.check_seed).
     ("negative seed", lambda s: s.reset(seed=-1), errors.ConfigError,
-     r"non-negative int or None, got -1"),
+     r"seed must be None or an int >= 0, got -1; pass a non-negative int"),
     ("seed list of the wrong length", lambda s: s.reset(seed=[1, 2]), errors.ConfigError,
      r"one entry per env: expected 4, got 2"),
     ("mask of the wrong shape", lambda s: s.reset(mask=np.ones(3, dtype=bool)),

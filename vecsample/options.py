@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from vecsample.errors import ConfigError
+from vecsample.seeding import check_seed
 from vecsample.types import AutoresetMode
 
 PathArg = str | os.PathLike[str]
@@ -292,12 +293,7 @@ def _flag(value: Any, name: str) -> bool:
 
 
 def _seed(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ConfigError(name=name, expected="None or an int >= 0", got=value,
-                          fix="pass a non-negative int, or None for unseeded envs")
-    return int(value)
+    return None if value is None else check_seed(value, name)
 
 
 def _affinity(value: Any, name: str) -> tuple[tuple[int, ...], ...] | bool | None:

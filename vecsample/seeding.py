@@ -24,9 +24,11 @@ SeedDtype = type[np.uint32] | type[np.uint64]
 
 
 def check_seed(seed: object, name: str = "seed") -> int:
-    """Returns ``seed`` as an int, or raises ConfigError saying what a seed must be."""
+    """Returns ``seed`` as an int, or raises ConfigError saying what a seed must be (the same
+    words wherever a seed is given: Options, reset, RaySampler)."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
-        raise ConfigError(f"{name} must be a non-negative int or None, got {seed!r}.")
+        raise ConfigError(name=name, expected="None or an int >= 0", got=seed,
+                          fix="pass a non-negative int, or None for unseeded envs")
     return int(seed)
 
 

@@ -39,7 +39,7 @@ from vecsample.options import DEFAULT_DEADLINE, Options, adapted, check_int, che
 from vecsample.ray.actor import ActorInfo, ActorSpec, Chunk, Policy, WeightsSpec, remote_actor_class
 from vecsample.ray.errors import RayShutdownError, WeightsError
 from vecsample.ray.fleet import Fleet, LostChunk, Slot
-from vecsample.seeding import child_seeds
+from vecsample.seeding import check_seed, child_seeds
 from vecsample.types import AutoresetMode, EnvFn
 
 __all__ = ["RaySampler"]
@@ -200,7 +200,7 @@ class RaySampler:
                                fixed=_fixed(self.workers_per_actor))
         _check_split(len(fns), self.workers_per_actor, self.options.uneven_split)
         num_actors = None if num_actors is None else check_int(num_actors, "num_actors")
-        self._start(fns, policy_fn, num_actors, seed)
+        self._start(fns, policy_fn, num_actors, None if seed is None else check_seed(seed))
         if weights is not None:
             self.set_weights(weights)
 
