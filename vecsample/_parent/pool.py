@@ -107,6 +107,11 @@ class WorkerPool:
         self.ring_reader, self.ring_writer = self._ctx.Pipe(duplex=False)
         self.procs: list[BaseProcess] = []
         self.conns: list[Connection] = []
+        #: Per worker, the fd that polls readable once its process has exited (``death_fd``):
+        #: what every wait for a worker watches, set once per process (spawn, respawn).
+        self.deaths: list[int] = []
+        #: The pidfds this pool opened, by process: closed when the process is reaped.
+        self._pidfds: dict[BaseProcess, int] = {}
         self._owner = os.getpid()
         #: The futex that sleeping workers wait on (None: each sleeps on its pipe); rung after
         #: every command and step post (handshake.Bell).
@@ -116,7 +121,8 @@ class WorkerPool:
         # runs in this process only: a child forked from it (a DataLoader worker) that exits
         # must not close our workers (its copies of the pipes just close with it).
         self._finalizer = weakref.finalize(self, _shutdown_in, os.getpid(), self.procs,
-                                           self.conns, [self.ring_reader, self.ring_writer])
+                                           self.conns, [self.ring_reader, self.ring_writer],
+                                           self._pidfds)
 
     # --- lifetime --------------------------------------------------------------------------------
 
@@ -124,9 +130,10 @@ class WorkerPool:
         """Starts every worker and waits until all have built their envs."""
         check_main_guard(self.layout.context)
         for p in range(self.layout.options.num_workers):
-            proc, conns = self._spawn(self.layout.slots(p))  # EnvFactoryError: caller closes
-            self.procs += [proc] * len(conns)  # per worker: a process serves its slots
+            proc, conns, death = self._spawn(self.layout.slots(p))  # EnvFactoryError: caller
+            self.procs += [proc] * len(conns)  # per worker: a process serves its slots  (closes)
             self.conns += conns
+            self.deaths += [death] * len(conns)
         try:
             self._await_built(range(self.layout.num_slots),
                               Deadline(self.layout.options.startup_deadline))
@@ -149,18 +156,20 @@ class WorkerPool:
 
     def stop(self, w: int) -> None:
         """Kills what is left of worker ``w``'s process (before ``respawn``), closes its pipes."""
-        shutdown([self.procs[w]], [self.conns[s] for s in self.layout.process_slots(w)], 0.0)
+        shutdown([self.procs[w]], [self.conns[s] for s in self.layout.process_slots(w)], 0.0,
+                 pidfds=self._pidfds)
 
     def respawn(self, w: int, deadline: Deadline) -> None:
         """After ``stop(w)``: a new process for ``w`` (and its other half), built in time."""
         slots = self.layout.process_slots(w)
-        proc, conns = self._spawn(slots)
+        proc, conns, death = self._spawn(slots)
         for s, conn in zip(slots, conns, strict=True):
-            self.procs[s], self.conns[s] = proc, conn
+            self.procs[s], self.conns[s], self.deaths[s] = proc, conn, death
         self._await_built(list(slots), deadline)
 
-    def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection]]:
-        """Starts the process serving workers ``slots``; its pipes, one per worker."""
+    def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection], int]:
+        """Starts the process serving workers ``slots``; its pipes, one per worker, and the fd
+        that tells its death (``death_fd``)."""
         pipes = [self._ctx.Pipe(duplex=True) for _ in slots]
         others = [c for i, c in enumerate(self.conns) if i not in slots]
         inherited = [*others, *(parent for parent, _ in pipes), self.ring_reader]
@@ -179,19 +188,23 @@ class WorkerPool:
         finally:
             for _, child in pipes:  # only the worker holds them now: its death reads as EOF
                 child.close()
-        return proc, [parent for parent, _ in pipes]
+        death, owned = death_fd(proc)
+        if owned:
+            self._pidfds[proc] = death
+        return proc, [parent for parent, _ in pipes], death
 
     def pids(self) -> list[int]:
         return [int(proc.pid or 0) for proc in self.procs]
 
-    def sentinels(self, workers: Iterable[int]) -> dict[int, list[int]]:
-        """Each process's sentinel fd -> those of ``workers`` it serves (two if pipelined)."""
-        procs = self.procs
+    def death_fds(self, workers: Iterable[int]) -> dict[int, list[int]]:
+        """Each process's death fd (``death_fd``) -> those of ``workers`` it serves (two if
+        pipelined)."""
+        deaths = self.deaths
         if self.layout.slots_per_process == 1:  # on every wait of a step: the short way
-            return {procs[w].sentinel: [w] for w in workers}
+            return {deaths[w]: [w] for w in workers}
         found: dict[int, list[int]] = {}
         for w in workers:
-            found.setdefault(procs[w].sentinel, []).append(w)
+            found.setdefault(deaths[w], []).append(w)
         return found
 
     def close(self, timeout: float) -> None:
@@ -200,12 +213,11 @@ class WorkerPool:
             return
         try:
             if os.getpid() != self._owner:  # a forked copy of the sampler: leave the workers be
-                for conn in [*self.conns, self.ring_reader, self.ring_writer]:
-                    conn.close()
+                _close_copies(self.conns, [self.ring_reader, self.ring_writer], self._pidfds)
                 return
             self.states.close_all()
             shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer],
-                     self.bell)
+                     self.bell, self._pidfds)
         finally:
             # The shared memory's fd, here and now (shm.Region): its mapping stays for the
             # views still held (the user's results), and goes with the last of them.
@@ -217,7 +229,9 @@ class WorkerPool:
         """Marks worker ``w`` dead; the error to raise, naming its pid, exit code and envs."""
         self.states.transition(w, WorkerState.DEAD)
         proc = self.procs[w]
-        proc.join(0.1)
+        if proc.exitcode is None and _exited(self.deaths[w], 0.1):  # pipe EOF: exiting now
+            proc.join()  # it has exited: the reap returns at once (not by its sentinel, which
+            # a child it forked may hold open)
         return errors.WorkerDiedError(
             worker=w, pid=proc.pid, exitcode=proc.exitcode, command=command,
             env_ids=range(*self.layout.bounds(w)),
@@ -343,14 +357,14 @@ class WorkerPool:
         )
 
     def _wait_any(self, waiting: dict[Connection, int], timeout: float | None) -> list[Any]:
-        """The pipes and sentinels of ``waiting`` workers that are ready within ``timeout``."""
-        handles = [*waiting, *(self.procs[w].sentinel for w in waiting.values())]
+        """The pipes and death fds of ``waiting`` workers that are ready within ``timeout``."""
+        handles = [*waiting, *{self.deaths[w] for w in waiting.values()}]
         return wait_handles(handles, None if timeout is None else max(0.0, timeout))
 
     def _dead_in(self, ready: list[Any]) -> set[int]:
-        """The workers whose process's sentinel is in ``ready`` (all of a process's slots)."""
+        """The workers whose process's death fd is in ``ready`` (all of a process's slots)."""
         fired = {r for r in ready if isinstance(r, int)}
-        return {w for w, p in enumerate(self.procs) if p.sentinel in fired}
+        return {w for w, fd in enumerate(self.deaths) if fd in fired}
 
     def _read_reply(self, w: int, command: str) -> tuple[Any, Lost | None]:
         """Worker ``w``'s reply to ``command``: (its payload, None), or (None, the error that
@@ -402,9 +416,12 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> Worke
 def shutdown(
     procs: list[BaseProcess], conns: list[Connection], timeout: float,
     more: Sequence[Connection] = (), bell: Bell | None = None,
+    pidfds: dict[BaseProcess, int] | None = None,
 ) -> None:
     """Asks every worker to exit, then terminates and kills what is left, then closes the
-    pipes (``more``: the doorbell pipe's ends). Always returns."""
+    pipes (``more``: the doorbell pipe's ends) and the pidfds of ``procs`` (in ``pidfds``).
+    Always returns."""
+    pidfds = {} if pidfds is None else pidfds
     close_message = pickle.dumps((Command.CLOSE, None))
     for conn in conns:
         with contextlib.suppress(OSError, ValueError):  # already dead or closed: nothing to ask
@@ -413,24 +430,73 @@ def shutdown(
         bell.ring(range(len(conns)))
     started = [p for p in dict.fromkeys(procs) if p.pid is not None]  # once per process
     end = time.monotonic() + min(max(0.0, timeout), MAX_WAIT)
-    _join_all(started, end)
+    _join_all(started, end, pidfds)
     for proc in started:  # all at once: the call is bounded, not each worker in turn
         if proc.is_alive():
             proc.terminate()
-    _join_all(started, time.monotonic() + TERMINATE_GRACE)
+    _join_all(started, time.monotonic() + TERMINATE_GRACE, pidfds)
     for proc in started:
         if proc.is_alive():
             proc.kill()  # cannot be ignored: the join below returns at once
-    _join_all(started, None)
+    _join_all(started, None, pidfds)
     for conn in [*conns, *more]:
         conn.close()
     for proc in started:
         proc.close()
+        fd = pidfds.pop(proc, None)
+        if fd is not None:
+            os.close(fd)
 
 
-def _join_all(procs: Sequence[BaseProcess], end: float | None) -> None:
+def _join_all(procs: Sequence[BaseProcess], end: float | None,
+              pidfds: dict[BaseProcess, int]) -> None:
+    """Reaps those of ``procs`` that exit before ``end`` (None: waits for all)."""
     for proc in procs:
-        proc.join(None if end is None else max(0.0, end - time.monotonic()))
+        fd = pidfds.get(proc)
+        remaining = None if end is None else max(0.0, end - time.monotonic())
+        if fd is None:  # no pidfd: the sentinel, as multiprocessing waits
+            proc.join(remaining)
+        elif _exited(fd, remaining):
+            proc.join()  # it has exited: returns at once, whoever holds its sentinel
+
+
+def death_fd(proc: BaseProcess) -> tuple[int, bool]:
+    """An fd that polls readable (POLLIN) once ``proc`` has exited, and whether it is ours to
+    close: every wait for a worker (the step handshake's, the command RPC's, close's) watches it.
+
+    Its pidfd (Linux >= 5.3) where the kernel has one: a handle on the process itself, which no
+    other process holds. The process sentinel is not enough: it is a pipe whose write end the
+    worker holds, and a child the worker forks (an env that starts a simulator or an emulator)
+    inherits it, so under fork or spawn a worker's death would be seen only when that child
+    exits, or at the deadline. Where there is no pidfd (an older kernel, another platform, a
+    sandbox that forbids the call) the sentinel it is, with that limit (docs/reliability.md).
+    A plain fd per process, which any ``poll()`` can watch: a native wait for the handshake
+    watches the same fds.
+    """
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is not None and proc.pid is not None:
+        # The process is ours (fork, spawn) or the forkserver's, started just now: its pid
+        # cannot have been reused yet.
+        with contextlib.suppress(OSError):  # ENOSYS, EPERM: the sentinel below
+            return pidfd_open(proc.pid), True
+    return proc.sentinel, False
+
+
+def _exited(fd: int, timeout: float | None) -> bool:
+    """Whether death fd ``fd`` reads ready within ``timeout`` seconds (None: waits)."""
+    return bool(wait_handles([fd], timeout))
+
+
+def _close_copies(conns: Sequence[Connection], more: Sequence[Connection],
+                  pidfds: dict[BaseProcess, int]) -> None:
+    """In a forked copy of the pool: closes its copies of the pipes and pidfds, and nothing
+    else (the workers are the parent's)."""
+    for conn in [*conns, *more]:
+        conn.close()
+    for fd in pidfds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    pidfds.clear()
 
 
 def _pickle_error(exc: Exception, context: str) -> errors.EnvFactoryError:
@@ -474,11 +540,10 @@ def wait_handles(objects: list[Any], timeout: float | None) -> list[Any]:
 
 
 def _shutdown_in(owner: int, procs: list[BaseProcess], conns: list[Connection],
-                 more: Sequence[Connection]) -> None:
+                 more: Sequence[Connection], pidfds: dict[BaseProcess, int]) -> None:
     """The finalizer: ``shutdown`` in the process that made the workers, else only close the
-    pipe copies (a forked child exiting must not close its parent's workers)."""
+    pipe and pidfd copies (a forked child exiting must not close its parent's workers)."""
     if os.getpid() == owner:
-        shutdown(procs, conns, 1.0, more)
+        shutdown(procs, conns, 1.0, more, pidfds=pidfds)
     else:
-        for conn in [*conns, *more]:
-            conn.close()
+        _close_copies(conns, more, pidfds)

@@ -178,7 +178,7 @@ class StepChannel:
         else:
             for w in workers:
                 if self._hs.wants_ring(w):
-                    # A dead worker cannot be rung; its sentinel reports it in the next collect,
+                    # A dead worker cannot be rung; its death fd reports it in the next collect,
                     # where the restart policy (or the error) handles it with the others.
                     with contextlib.suppress(OSError):
                         self._pool.conns[w].send_bytes(DOORBELL)
@@ -243,9 +243,9 @@ class StepChannel:
                now: float) -> None:
         """Sleeps until a worker of ``waiting`` finishes or dies, or ``until``; a worker that
         died before finishing goes to ``got.lost``, out of ``waiting``."""
-        sentinels = self._pool.sentinels(waiting)
+        deaths = self._pool.death_fds(waiting)
         cpu = time.thread_time()
-        dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
+        dead = self._hs.wait(waiting, None if until is None else until - now, deaths)
         self._timers["wait_cpu_s"] += time.thread_time() - cpu
         if dead:
             # Data before death: a worker that finished its step and then died delivers it.

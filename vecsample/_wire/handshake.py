@@ -394,15 +394,15 @@ class ParentSide:
         self.rung.discard(w)
 
     def wait(self, workers: Collection[int], timeout: float | None,
-             sentinels: dict[int, list[int]]) -> list[int]:
+             deaths: dict[int, list[int]]) -> list[int]:
         """Returns when a step of ``workers`` finished, a worker died or ``timeout`` passed;
-        the dead workers (by ``sentinels``: a process's fd -> the workers it serves) are
-        returned, their steps unchecked.
+        the dead workers (by ``deaths``: a process's death fd, which polls readable once it
+        has exited, -> the workers it serves) are returned, their steps unchecked.
         The caller has just found none of ``workers`` ready (``_spin`` yields before it
         looks, ``_sleep`` looks again after announcing itself)."""
         if self.spin_s > 0 and timeout != 0 and self._spin(workers, timeout):
             return []
-        return self._sleep(workers, timeout, sentinels)
+        return self._sleep(workers, timeout, deaths)
 
     def _spin(self, workers: Collection[int], timeout: float | None) -> bool:
         end = time.perf_counter() + (self.spin_s if timeout is None
@@ -416,10 +416,10 @@ class ParentSide:
         return False
 
     def _sleep(self, workers: Collection[int], timeout: float | None,
-               sentinels: dict[int, list[int]]) -> list[int]:
+               deaths: dict[int, list[int]]) -> list[int]:
         poller = select.poll()
         poller.register(self.ring_fd, select.POLLIN)
-        for fd in sentinels:
+        for fd in deaths:  # plain fds (pidfds where the kernel has them): poll() watches them
             poller.register(fd, select.POLLIN)
         self.words[self.parent_sleeping] = 1
         fence()
@@ -431,7 +431,7 @@ class ParentSide:
         finally:
             self.words[self.parent_sleeping] = 0
         self._drain()
-        return [w for fd, _ in events if fd in sentinels for w in sentinels[fd]]
+        return [w for fd, _ in events if fd in deaths for w in deaths[fd]]
 
     def _drain(self) -> None:
         try:
