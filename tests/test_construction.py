@@ -64,6 +64,19 @@ def test_workers_cap_threads_and_can_be_pinned(make_sampler):
     assert s2.call("process_info")[0]["omp"] == "3"
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux core masks")
+def test_a_core_this_process_cannot_run_on_is_refused_naming_the_usable_ones(make_sampler):
+    """Issue 33, item 3: cpu_affinity=[[999]] passed every check, then the worker died in
+    sched_setaffinity and the error blamed the env ("segfault, OOM kill")."""
+    usable = sorted(os.sched_getaffinity(0))
+    missing = 999 if 999 not in usable else max(usable) + 1
+    with pytest.raises(errors.ConfigError) as info:
+        make_sampler(fns(CountingEnv, 1), cpu_affinity=[[missing]])
+    message = str(info.value)
+    assert message.startswith("cpu_affinity must be cores this process may run on")
+    assert f"cores [{missing}] are not usable here" in message and str(usable) in message
+
+
 def test_spin_before_block_is_automatic_and_configurable(make_sampler):
     import os
 
