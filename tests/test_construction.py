@@ -7,8 +7,10 @@ A scenario number in a docstring is that of the outside fault-injection run
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
 import threading
 import time
 
@@ -18,7 +20,8 @@ import pytest
 from gymnasium import spaces
 from helpers import ones
 
-from vecsample import EnvMaker, VecSampler, errors
+from vecsample import EnvMaker, VecSampler, VectorEnv, errors
+from vecsample._parent import startup
 from vecsample.testing import CountingEnv, SpaceEnv, fns
 
 # --- options --------------------------------------------------------------------------------------
@@ -105,6 +108,32 @@ def test_every_start_method_works(make_sampler, context):
 def _locked_factory(lock: threading.Lock) -> CountingEnv:
     assert lock is not None
     return CountingEnv()
+
+
+@pytest.fixture
+def another_thread():
+    """A second Python thread, alive for the test: what makes forking the parent unsafe."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="another-thread")
+    thread.start()
+    yield thread
+    stop.set()
+    thread.join()
+
+
+@pytest.mark.parametrize("front", [VecSampler, VectorEnv])
+def test_the_fork_with_threads_warning_points_at_the_users_line(another_thread, monkeypatch,
+                                                                front):
+    """Issue 33, item 14: the warning pointed at vecsample's own frames (sampler.py, or
+    config.py through VectorEnv): only frames under vecsample/_parent counted as vecsample's."""
+    monkeypatch.setattr(startup, "_warned", set())  # given once per process: once more here
+    line = sys._getframe().f_lineno + 3  # the `front(...)` line below
+    with (pytest.warns(RuntimeWarning, match="context='fork' with other threads") as caught,
+          contextlib.closing(
+              front(fns(CountingEnv, 2), num_workers=1, context="fork"))):
+        pass
+    (warning,) = [w for w in caught if "context='fork'" in str(w.message)]
+    assert (warning.filename, warning.lineno) == (__file__, line)
 
 
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import functools
 import multiprocessing as mp
+import os
 import sys
 import threading
 import warnings
@@ -35,7 +36,10 @@ from vecsample.options import AUTO, check_context
 if TYPE_CHECKING:  # an annotation only
     from vecsample.types import EnvFn
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+#: The vecsample package's directory, as the code's file names spell it (with and without
+#: symlinks resolved): a warning points at the first frame outside it, the user's line.
+_PACKAGE_DIRS = tuple({str(path) + os.sep for path in (Path(__file__).parents[1],
+                                                       Path(__file__).resolve().parents[1])})
 _warned: set[str] = set()  # warnings given once per process
 
 
@@ -133,8 +137,9 @@ def warn_once(key: str, message: str) -> None:
 
 
 def _user_stacklevel() -> int:
-    """warnings.warn's stacklevel for the first caller outside this package."""
+    """warnings.warn's stacklevel for the first caller outside the vecsample package (every
+    frame of vecsample is skipped: _parent's, the sampler's, the adapters'...)."""
     frame, level = sys._getframe(1), 1  # 1: the caller of _user_stacklevel (warn_once)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIRS):
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return level
