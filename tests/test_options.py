@@ -199,6 +199,12 @@ def test_an_unknown_option_is_the_same_error_everywhere():
     with pytest.raises(errors.ConfigError) as reference:
         Options().replace(restarts=True)
     assert "the closest field is 'restart'" in str(reference.value)
+    with pytest.raises(errors.ConfigError) as constructed:  # issue 33, item 7: a TypeError was
+        Options(restarts=True)  # type: ignore[call-arg]  # raised here, naming no field
+    assert str(constructed.value) == str(reference.value)
+    with pytest.raises(errors.ConfigError, match="got 'num_worker'; the closest field is "
+                       "'num_workers'"):
+        Options(num_worker=2)  # type: ignore[call-arg]
     for constructor, build in CONSTRUCTORS.items():
         if constructor == "MultiTaskSampler":
             continue  # pytorch-maml-rl's signature: no keywords beyond its own and options=

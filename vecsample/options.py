@@ -173,7 +173,11 @@ _fields_init = Options.__init__
 
 
 def _init_noting_given(self: Options, *args: Any, **kwargs: Any) -> None:
-    """``Options.__init__``, then ``given``: the fields named by position or keyword."""
+    """``Options.__init__``, then ``given``: the fields named by position or keyword. An
+    unknown keyword is the ConfigError that ``replace`` gives, naming the closest field."""
+    for name in kwargs:
+        if name not in NAMES:
+            raise unknown_option(name)
     _fields_init(self, *args, **kwargs)
     object.__setattr__(self, "given", frozenset(NAMES[:len(args)]) | frozenset(kwargs))
 
