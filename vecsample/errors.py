@@ -155,6 +155,19 @@ class ClosedError(VecSampleError, RuntimeError, gym_error.ClosedEnvironmentError
         self.what = what
 
 
+class SamplerPicklingError(VecSampleError, TypeError):
+    """A sampler (or a vector env on one) was pickled or copied: it owns worker processes,
+    pipes and shared memory, which cannot travel; what builds it can."""
+
+    def __init__(self, *, what: str, fix: str) -> None:
+        super().__init__(
+            f"a {what} cannot be pickled or copied: it owns the worker processes, pipes and "
+            f"shared memory of the process that made it. {fix}."
+        )
+        self.what = what
+        self.fix = fix
+
+
 class SharedMemoryError(VecSampleError, OSError):
     """A sampler's shared memory (``vecsample/_wire/shm.py``'s ``Region``) could not be made or
     mapped, or was pickled outside a worker's start (the only way it can travel).

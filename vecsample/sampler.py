@@ -21,7 +21,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
@@ -442,6 +442,12 @@ class VecSampler:
 
     def __exit__(self, *exc: object) -> None:  # a with block closes, pass or fail
         self.close()
+
+    def __reduce__(self) -> NoReturn:
+        raise errors.SamplerPicklingError(
+            what="VecSampler", fix="Pass what builds one instead, its env factories and its "
+            "options (sampler.options), and build it where it runs: VecSampler(env_fns, "
+            "options=options)")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
