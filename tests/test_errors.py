@@ -153,7 +153,8 @@ _FIELDS = {
     "message": "cannot pickle", "state": "STEP", "hung_workers": [1], "deadline": 1.5,
     "history": ["died"], "max_restarts": 2, "path": "log.vsr", "problem": "truncated",
     "expected": "step", "got": "reset", "what": "call", "package": "torch", "extra": "train",
-    "step": "map", "nbytes": 4096,
+    "step": "map", "nbytes": 4096, "thread": "Thread-1", "holder": "MainThread",
+    "doing": "is inside a call", "owner": 6,
 }
 
 

@@ -155,6 +155,44 @@ class ClosedError(VecSampleError, RuntimeError, gym_error.ClosedEnvironmentError
         self.what = what
 
 
+class ConcurrentUseError(VecSampleError, RuntimeError):
+    """A call from one thread while another thread holds the sampler: it is inside a call, or
+    has steps pending (sent, not yet received). A sampler serves one thread at a time
+    (docs/semantics.md, "Threads and processes"); ``close()`` works from any thread."""
+
+    def __init__(self, *, call: str, thread: str, holder: str, doing: str,
+                 what: str = "VecSampler") -> None:
+        super().__init__(
+            f"{call}() called from thread {thread!r} while thread {holder!r} {doing}; a {what} "
+            f"serves one thread at a time, so this call would take or wait for that thread's "
+            f"steps. Make its calls from one thread, or hand it over: once {holder!r} has "
+            f"received its steps and returned, any thread may go on with it (close() works "
+            f"from any thread)."
+        )
+        self.call = call
+        self.thread = thread
+        self.holder = holder
+        self.doing = doing
+        self.what = what
+
+
+class ForkedSamplerError(VecSampleError, RuntimeError):
+    """A sampler was called in a child forked from the process that made it: its workers,
+    pipes and shared memory are that process's."""
+
+    def __init__(self, *, call: str, pid: int, owner: int, what: str = "VecSampler") -> None:
+        super().__init__(
+            f"{call}() called in process {pid}, a fork of process {owner}, which made this "
+            f"{what}: its workers, pipes and shared memory belong to process {owner}, and this "
+            f"call would drive them behind its back. Make a new {what} in this process (after "
+            f"the fork), or leave the sampling to process {owner}."
+        )
+        self.call = call
+        self.pid = pid
+        self.owner = owner
+        self.what = what
+
+
 class SamplerPicklingError(VecSampleError, TypeError):
     """A sampler (or a vector env on one) was pickled or copied: it owns worker processes,
     pipes and shared memory, which cannot travel; what builds it can."""

@@ -331,6 +331,10 @@ class WorkerPool:
         while waiting:
             remaining = None if deadline_at is None else deadline_at - time.monotonic()
             ready = self._wait_any(waiting, remaining)
+            if self.states.closed:  # by another thread's close(): the workers are going
+                raise errors.ClosedError(f"this VecSampler was closed (by another thread's "
+                                         f"close()) while {command.lower()}() waited; create a "
+                                         f"new one.")
             if not ready:
                 if deadline_at is not None and time.monotonic() >= deadline_at:
                     raise self._silent(sorted(waiting.values()), deadline.exceeded())

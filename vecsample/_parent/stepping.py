@@ -221,6 +221,9 @@ class StepChannel:
                 got.hung, got.bound = sorted(waiting), deadline.exceeded()
                 break
             self._sleep(got, waiting, _earliest(end, window), now)
+            if self._states.closed:  # by another thread's close(): the workers are going
+                raise errors.ClosedError("this VecSampler was closed (by another thread's "
+                                         "close()) while step_recv() waited; create a new one.")
         return got
 
     def _read_ready(self, got: Collected, waiting: set[int], copy: bool) -> bool:

@@ -86,6 +86,8 @@ class WorkerStates:
     def __init__(self, num_workers: int) -> None:
         #: The states by worker, for reads on the hot path; change them only by ``transition``.
         self.current = [WorkerState.IDLE] * num_workers
+        #: Set by ``close_all``: a wait in another thread sees it and ends (ClosedError).
+        self.closed = False
 
     def __getitem__(self, w: int) -> WorkerState:
         return self.current[w]
@@ -116,6 +118,7 @@ class WorkerStates:
         self.current[:] = [to] * len(self.current)
 
     def close_all(self) -> None:
+        self.closed = True
         for w in range(len(self.current)):
             self.transition(w, WorkerState.CLOSED)
 
