@@ -33,7 +33,7 @@ from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
 from vecsample._parent.signals import critical
 from vecsample._parent.startup import PickledFactory, check_main_guard
-from vecsample._wire.handshake import FUTEX, Bell
+from vecsample._wire.handshake import COMMANDS, FUTEX, Bell
 from vecsample._wire.protocol import (
     OK_MESSAGE,
     Command,
@@ -116,6 +116,9 @@ class WorkerPool:
         #: The futex that sleeping workers wait on (None: each sleeps on its pipe); rung after
         #: every command and step post (handshake.Bell).
         self.bell = Bell(buffers.control()) if FUTEX and ordered else None
+        #: Each worker's COMMANDS word: counts the commands sent on its pipe, so that a
+        #: worker spinning for its next step stops to read them (handshake.Waiter._spin).
+        self._commands = buffers.control()[:layout.num_slots, COMMANDS]
         _POOLS.add(self)
         # The finalizer holds these lists themselves: a respawn replaces entries in place. It
         # runs in this process only: a child forked from it (a DataLoader worker) that exits
@@ -217,7 +220,7 @@ class WorkerPool:
                 return
             self.states.close_all()
             shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer],
-                     self.bell, self._pidfds)
+                     self.announce, self._pidfds)
         finally:
             # The shared memory's fd, here and now (shm.Region): its mapping stays for the
             # views still held (the user's results), and goes with the last of them.
@@ -269,11 +272,19 @@ class WorkerPool:
                     continue
                 self.states.transition(w, WorkerState.BUSY)
             sent.append(w)
-        if self.bell is not None:
-            self.bell.ring(sent)  # a worker asleep on the futex looks at its pipe when rung
+        self.announce(sent)
         replies = self.gather(sent, command.name, deadline)  # every sent command is answered
         replies.lost += unsent
         return replies
+
+    def announce(self, workers: Sequence[int]) -> None:
+        """After a command was sent to each of ``workers``: a worker spinning for its next step
+        sees its COMMANDS word move and reads its pipe; one asleep on the futex is rung (one
+        asleep on its pipe wakes by itself)."""
+        for w in workers:
+            self._commands[w] += 1
+        if self.bell is not None:
+            self.bell.ring(workers)
 
     def reconcile(self, deadline: Deadline) -> list[errors.WorkerDiedError]:
         """Before a command: an interrupted command's replies are read, and the workers that
@@ -419,19 +430,19 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> Worke
 
 def shutdown(
     procs: list[BaseProcess], conns: list[Connection], timeout: float,
-    more: Sequence[Connection] = (), bell: Bell | None = None,
+    more: Sequence[Connection] = (), announce: Callable[[Sequence[int]], None] | None = None,
     pidfds: dict[BaseProcess, int] | None = None,
 ) -> None:
-    """Asks every worker to exit, then terminates and kills what is left, then closes the
-    pipes (``more``: the doorbell pipe's ends) and the pidfds of ``procs`` (in ``pidfds``).
-    Always returns."""
+    """Asks every worker to exit (``announce``: ``WorkerPool.announce``, for all of them),
+    then terminates and kills what is left, then closes the pipes (``more``: the doorbell
+    pipe's ends) and the pidfds of ``procs`` (in ``pidfds``). Always returns."""
     pidfds = {} if pidfds is None else pidfds
     close_message = pickle.dumps((Command.CLOSE, None))
     for conn in conns:
         with contextlib.suppress(OSError, ValueError):  # already dead or closed: nothing to ask
             conn.send_bytes(close_message)
-    if bell is not None:
-        bell.ring(range(len(conns)))
+    if announce is not None:
+        announce(range(len(conns)))
     started = [p for p in dict.fromkeys(procs) if p.pid is not None]  # once per process
     end = time.monotonic() + min(max(0.0, timeout), MAX_WAIT)
     _join_all(started, end, pidfds)

@@ -4,7 +4,9 @@ A step never needs a system call while both sides are awake. The parent writes t
 then bumps the worker's ``SEQ`` word; the worker, polling that word, steps its envs, writes the
 results, then sets ``DONE`` to the same number. A side that found nothing for ``spin_s`` goes to
 sleep on a pipe and says so in its ``SLEEPING`` word; the other side then rings it with one
-write. Commands other than STEP (reset, call, close, ...) still travel on the worker's pipe.
+write. Commands other than STEP (reset, call, close, ...) still travel on the worker's pipe;
+the parent counts each in the worker's ``COMMANDS`` word, which a spinning worker reads between
+bursts of polls, so a command never waits for a spin to end.
 
 Lost wake-ups: the sleeper writes ``SLEEPING`` and then reads the counter; the poster writes the
 counter and then reads ``SLEEPING``. Each side puts a full memory fence between its write and its
@@ -40,6 +42,7 @@ import numpy as np
 #: 64-byte aligned base the two sides never write the same cache line.
 CONTROL_WORDS = 16
 SEQ = 0  # parent -> worker: number of the last step posted
+COMMANDS = 1  # parent -> worker: commands sent on its pipe so far (a spinning worker looks)
 DONE = 8  # worker -> parent: number of the last step finished
 REPLY = 9  # worker -> parent: REPLY_PLAIN, or REPLY_MESSAGE when a pickle follows on the pipe
 SLEEPING = 10  # worker -> parent: 1 while the worker blocks on its pipe
@@ -147,6 +150,9 @@ class WorkerSide:
         self.spin_s = spin_s if ordered else 0.0
         self.ordered = ordered
         self.seen = self.words[self.base + SEQ]  # a restarted worker starts where it finds SEQ
+        #: Commands read off the pipe, counted from what COMMANDS said when this process
+        #: started (those sent to a process before it are gone with its pipe).
+        self.commands_read = self.words[self.base + COMMANDS]
         self.schema = (control.shape[0] - 1) * CONTROL_WORDS + SCHEMA
         self.bell = Bell(control) if FUTEX and ordered else None
 
@@ -159,6 +165,11 @@ class WorkerSide:
         """Which info columns this step wrote; before ``finish``, which publishes them."""
         self.words[self.base + INFO_STEP] = step
         self.words[self.base + INFO_RESET] = reset
+
+    def commanded(self) -> bool:
+        """Whether the parent has sent a command not read yet (COMMANDS counts those sent):
+        the spin's way out, so that a command on the pipe never waits for the spin to end."""
+        return bool(self.words[self.base + COMMANDS] != self.commands_read)
 
     def posted(self) -> bool:
         """Whether a new step was posted (and, if so, takes it as seen)."""
@@ -178,6 +189,7 @@ class WorkerSide:
                 return True, None  # pickled actions (a command never meets a step)
             message = self.conn.recv_bytes()
             if message != DOORBELL:
+                self.commands_read += 1
                 return True, message
         return False, None
 
@@ -223,32 +235,34 @@ class Waiter:
         return self._sleep_on_pipes()
 
     def _spin(self) -> int | None:
-        """The slot posted to within ``spin_s``, or None. Only the counters are polled:
-        commands wait for the sleep (at most ``spin_s`` late), so the loop makes one system
-        call per turn, the yield that hands this core to the parent when both share it."""
+        """The slot posted to within ``spin_s``, or None: the spin is over, or a command came
+        (its ``COMMANDS`` word, read once per burst, moved: the sleep's look reads the pipe).
+        Only shared memory is polled, so the loop makes one system call per turn, the yield
+        that hands this core to the parent when both share it."""
         if len(self.live) > 1:
             return self._spin_all()
-        slot = self.live[0]  # one worker per process (the default): no inner loop
-        is_posted = self.sides[slot].posted
+        side = self.sides[self.live[0]]  # one worker per process (the default): no inner loop
+        slot, is_posted, commanded = self.live[0], side.posted, side.commanded
         end = time.perf_counter() + self.spin_s
         while True:
             for _ in range(SPIN_BURST):
                 if is_posted():
                     return slot
-            if time.perf_counter() >= end:
+            if commanded() or time.perf_counter() >= end:
                 return None
             os.sched_yield()
 
     def _spin_all(self) -> int | None:
         """``_spin`` over several slots (pipeline=True): the first one found posted."""
         posted = [(slot, self.sides[slot].posted) for slot in self.live]
+        commanded = [self.sides[slot].commanded for slot in self.live]
         end = time.perf_counter() + self.spin_s
         while True:
             for _ in range(SPIN_BURST):
                 for slot, is_posted in posted:
                     if is_posted():
                         return slot
-            if time.perf_counter() >= end:
+            if any(c() for c in commanded) or time.perf_counter() >= end:
                 return None
             os.sched_yield()
 
@@ -286,6 +300,7 @@ class Waiter:
                     side = self.sides[slot]
                     message = side.conn.recv_bytes()
                     if message != DOORBELL:
+                        side.commands_read += 1
                         return slot, message
                     if not self.ordered and side.posted():  # the ring's read ordered memory
                         return slot, None
