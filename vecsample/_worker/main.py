@@ -247,7 +247,7 @@ class _Worker:
             records = self._step()
             candidates: dict[str, Signature] = {}
             if records:
-                records, candidates, *written = self.infos.write(records)
+                records, candidates, *written = self._write_infos(records)
                 bits = (written[0], written[1])
             lane = (rows.lane(self.spec.buffers, self.spec.env_offset, self.count)
                     if self.obs_lane else None)
@@ -263,6 +263,19 @@ class _Worker:
         if message is not None:
             # Sent after the step is published: a large pickle may need the parent reading.
             self.conn.send_bytes(message)
+
+    def _write_infos(self, records: list[InfoRecord],
+                     ) -> tuple[list[InfoRecord], dict[str, Signature], int, int]:
+        """``InfoWriter.write``; an env whose info is not a dict (a list, say) is named with an
+        EnvOutputError, as any other output that does not fit (checked only on failure)."""
+        try:
+            return self.infos.write(records)
+        except (AttributeError, TypeError):
+            found = rows.first_bad_info(records)
+            if found is None:
+                raise
+            self.cursor.env, error = found
+            raise error from None
 
     def _run(self, command: Command, handler: Callable[[Any], Any], payload: Any) -> None:
         try:
