@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import sys
 import threading
@@ -155,6 +156,29 @@ def test_lambdas_and_closures_work_under_every_start_method(make_sampler, contex
     s = make_sampler([make_env(i) for i in range(2)], num_workers=2, context=context)
     obs, _ = s.reset()
     np.testing.assert_array_equal(obs[:, 0], [0, 1])
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_a_factory_whose_module_a_worker_cannot_import_names_it_and_the_fix(
+        make_sampler, tmp_path, monkeypatch, context):
+    """Issue 33, item 4: the module was importable here only (a path added after the workers'
+    interpreter was set up); the worker died unpickling the factory, and the error blamed the
+    env ("died during BUILD ... segfault, OOM kill"), the ModuleNotFoundError only on stderr."""
+    name = f"only_here_{context}"
+    (tmp_path / f"{name}.py").write_text("from vecsample.testing import CountingEnv\n\n\n"
+                                          "def make():\n    return CountingEnv()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module(name)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    del sys.modules[name]
+    monkeypatch.setitem(sys.modules, name, module)  # kept here for the test, gone after it
+    with pytest.raises(errors.FactoryImportError) as info:
+        make_sampler([module.make], num_workers=1, context=context)
+    message = str(info.value)
+    for words in (f"it needs the module '{name}'", f"context='{context}'",
+                  f"No module named '{name}'", "Install", "context='fork'"):
+        assert words in message, words
+    assert isinstance(info.value, errors.EnvFactoryError)
 
 
 def test_unpicklable_factory_works_under_fork(make_sampler):

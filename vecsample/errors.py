@@ -112,6 +112,39 @@ class EnvFactoryError(VecSampleError, RuntimeError):
     """An env factory could not be pickled, raised while building, or built mismatched spaces."""
 
 
+class FactoryImportError(EnvFactoryError):
+    """An env factory (or an env registration it needs) names a module that a spawn or
+    forkserver worker cannot import, so the worker cannot unpickle it.
+
+    Raised in the worker, which reports it like any build error; the parent raises it again
+    with the worker's message (``module`` and ``context`` are then None).
+    """
+
+    def __init__(self, message: str = "", *, module: str | None = None,
+                 context: str | None = None, error: str = "",
+                 what: str = "an env factory") -> None:
+        if not message:
+            message = (
+                f"{what} could not be unpickled in a worker started with "
+                f"context={context!r}: it needs the module {module!r}, which that worker cannot "
+                f"import ({error}). A {context} worker is a fresh interpreter: it imports what "
+                f"a pickle names, and runs the main script without its "
+                f"`if __name__ == \"__main__\":` block. Install {module!r} where the workers "
+                f"run, or make it importable before the sampler starts (PYTHONPATH, or "
+                f"sys.path at the top of the script); or make the factory a function of the "
+                f"main script that imports it when called (such a function travels by value); "
+                f"or use context='fork'."
+            )
+        super().__init__(message)
+        self.module = module
+        self.context = context
+
+
+#: The build errors a worker reports by name, which the parent raises again as the same class.
+BUILD_ERRORS: dict[str, type[FactoryImportError]] = {
+    cls.__name__: cls for cls in (FactoryImportError,)}
+
+
 class MainGuardError(EnvFactoryError):
     """Workers would re-import a main script that builds a sampler at top level, unguarded."""
 

@@ -32,7 +32,7 @@ from vecsample import errors
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
 from vecsample._parent.signals import critical
-from vecsample._parent.startup import PickledFactory, check_main_guard
+from vecsample._parent.startup import check_main_guard
 from vecsample._wire.handshake import COMMANDS, FUTEX, Bell
 from vecsample._wire.protocol import (
     OK_MESSAGE,
@@ -43,7 +43,7 @@ from vecsample._wire.protocol import (
     WorkerStates,
 )
 from vecsample._wire.shm import SharedBuffers
-from vecsample._wire.spec import WORKER_MAIN, WorkerSpec
+from vecsample._wire.spec import WORKER_MAIN, PickledFactory, WorkerSpec
 
 #: The longest single wait handed to poll(): longer ones are cut (poll takes int milliseconds).
 MAX_POLL_MS = 2**31 - 1
@@ -141,9 +141,11 @@ class WorkerPool:
             self._await_built(range(self.layout.num_slots),
                               Deadline(self.layout.options.startup_deadline))
         except errors.WorkerError as exc:
-            raise errors.EnvFactoryError(
-                f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
-            ) from exc
+            # A build error the worker typed (a module it cannot import, an env id it lacks)
+            # is raised as that class again; any other as EnvFactoryError.
+            kind = errors.BUILD_ERRORS.get(exc.exc_type, errors.EnvFactoryError)
+            raise kind(f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
+                       ) from exc
 
     def _await_built(self, workers: Sequence[int], deadline: Deadline) -> None:
         for w in workers:
@@ -412,7 +414,7 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> Worke
     lo, hi = pool.layout.bounds(w)
     fns = pool.layout.env_fns[lo:hi]  # empty with a hosted env, which pickles itself
     if pool.layout.context != "fork":
-        fns = tuple(PickledFactory(fn) for fn in fns)
+        fns = tuple(PickledFactory(fn, pool.layout.context) for fn in fns)
     affinity = pool.layout.cpu_affinity[w]
     return WorkerSpec(
         index=w, env_fns=fns, env_offset=lo, count=hi - lo, hosted=pool.layout.hosted,

@@ -26,15 +26,10 @@ import threading
 import warnings
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
-
-import cloudpickle
+from typing import Any
 
 from vecsample.errors import MainGuardError
 from vecsample.options import AUTO, check_context
-
-if TYPE_CHECKING:  # an annotation only
-    from vecsample.types import EnvFn
 
 #: The vecsample package's directory, as the code's file names spell it (with and without
 #: symlinks resolved): a warning points at the first frame outside it, the user's line.
@@ -109,22 +104,6 @@ def _is_main_test(test: ast.expr) -> bool:
 
 def _guarded(path: str, line: int) -> bool:
     return any(lo <= line <= hi for lo, hi in _guard_ranges(path))
-
-
-class PickledFactory:
-    """An env factory that pickles through cloudpickle: lambdas and closures travel too."""
-
-    def __init__(self, fn: EnvFn) -> None:
-        self.fn = fn
-
-    def __call__(self) -> Any:
-        return self.fn()
-
-    def __getstate__(self) -> bytes:
-        return cloudpickle.dumps(self.fn)  # type: ignore[no-any-return]
-
-    def __setstate__(self, state: bytes) -> None:
-        self.fn = cloudpickle.loads(state)
 
 
 def warn_once(key: str, message: str) -> None:
