@@ -140,9 +140,34 @@ class FactoryImportError(EnvFactoryError):
         self.context = context
 
 
+class EnvNotRegisteredError(EnvFactoryError, gym_error.UnregisteredEnv):
+    """An env factory made an env id that a spawn or forkserver worker does not have: it was
+    registered where a worker does not run it, such as under ``if __name__ == "__main__":``,
+    and the factory does not say which id it makes (a closure), so the worker was not given it.
+    Also gymnasium's ``UnregisteredEnv``. Raised in the worker; the parent raises it again with
+    the worker's message (``context`` is then None)."""
+
+    def __init__(self, message: str = "", *, context: str | None = None,
+                 error: str = "") -> None:
+        if not message:
+            message = (
+                f"an env factory asked gymnasium for an env that a worker started with "
+                f"context={context!r} does not have ({error}). Such a worker runs the main "
+                f"script without its `if __name__ == \"__main__\":` block (context='auto' picks "
+                f"forkserver once the parent runs a thread), so an env registered there is "
+                f"missing unless vecsample gives the worker its registration, which it does "
+                f"for the env ids, EnvMaker(id) and functools.partial(gymnasium.make, id) the "
+                f"parent has registered, not for an id made inside another function. Pass the "
+                f"id one of those ways, register the env at the top level of the script or in "
+                f"a module the factory imports, or use context='fork'."
+            )
+        super().__init__(message)
+        self.context = context
+
+
 #: The build errors a worker reports by name, which the parent raises again as the same class.
-BUILD_ERRORS: dict[str, type[FactoryImportError]] = {
-    cls.__name__: cls for cls in (FactoryImportError,)}
+BUILD_ERRORS: dict[str, type[FactoryImportError | EnvNotRegisteredError]] = {
+    cls.__name__: cls for cls in (FactoryImportError, EnvNotRegisteredError)}
 
 
 class MainGuardError(EnvFactoryError):

@@ -43,7 +43,8 @@ from vecsample._wire.protocol import (
     WorkerStates,
 )
 from vecsample._wire.shm import SharedBuffers
-from vecsample._wire.spec import WORKER_MAIN, PickledFactory, WorkerSpec
+from vecsample._wire.spec import WORKER_MAIN, Pickled, PickledFactory, WorkerSpec
+from vecsample.factories import env_registrations
 
 #: The longest single wait handed to poll(): longer ones are cut (poll takes int milliseconds).
 MAX_POLL_MS = 2**31 - 1
@@ -119,6 +120,10 @@ class WorkerPool:
         #: Each worker's COMMANDS word: counts the commands sent on its pipe, so that a
         #: worker spinning for its next step stops to read them (handshake.Waiter._spin).
         self._commands = buffers.control()[:layout.num_slots, COMMANDS]
+        #: What a spawn or forkserver worker registers before it builds (factories.py).
+        self.registrations = (None if layout.context == "fork" else Pickled(
+            env_registrations(layout.env_fns, layout.hosted), layout.context,
+            "an env registration"))
         _POOLS.add(self)
         # The finalizer holds these lists themselves: a respawn replaces entries in place. It
         # runs in this process only: a child forked from it (a DataLoader worker) that exits
@@ -427,6 +432,7 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> Worke
         pdeathsig=threading.current_thread() is threading.main_thread(),
         spin_s=pool.layout.spin_s, ring_writer=pool.ring_writer, ordered=pool._ordered,
         inherited_conns=inherited if pool.layout.context == "fork" else [],
+        registrations=pool.registrations,
     )
 
 

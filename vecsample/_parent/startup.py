@@ -13,6 +13,10 @@
   ``MainGuardError`` naming the line and the fix.
 * Factories travel through cloudpickle (which gymnasium already depends on), so lambdas,
   closures and bound methods work under every start method, as with AsyncVectorEnv.
+* Such a worker also lacks the envs the main script registers under its guard: it is given
+  the parent's registrations of the env ids the factories name
+  (``factories.env_registrations``) and registers those it lacks before it builds
+  (docs/gymnasium.md).
 """
 
 from __future__ import annotations

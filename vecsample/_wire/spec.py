@@ -11,12 +11,15 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import cloudpickle
+from gymnasium import error as gym_error
 
 from vecsample._wire.shm import SharedBuffers
-from vecsample.errors import FactoryImportError
+from vecsample.errors import EnvNotRegisteredError, FactoryImportError
 from vecsample.types import AutoresetMode, EnvFn
 
 if TYPE_CHECKING:  # what the parent puts here; the worker's hosted block builds it
+    from gymnasium.envs.registration import EnvSpec
+
     from vecsample.hosted import HostedVector
 
 T = TypeVar("T")
@@ -71,10 +74,17 @@ class Pickled(Generic[T]):
 
 
 class PickledFactory(Pickled[EnvFn]):
-    """An env factory for a spawn or forkserver worker (``Pickled``)."""
+    """An env factory for a spawn or forkserver worker (``Pickled``). An env id it asks
+    gymnasium for and the worker lacks (registered under the parent's main guard, inside a
+    closure vecsample cannot see into) is an EnvNotRegisteredError saying why and what to do."""
 
     def __call__(self) -> Any:
-        return self.load()()
+        fn = self.load()
+        try:
+            return fn()
+        except gym_error.UnregisteredEnv as exc:
+            raise EnvNotRegisteredError(context=self.context,
+                                        error=f"{type(exc).__name__}: {exc}") from exc
 
 
 @dataclass
@@ -106,3 +116,6 @@ class WorkerSpec:
     ordered: bool = True
     #: The block's batch-native vector env, built once for all its rows (None: ``env_fns``).
     hosted: HostedVector | None = None
+    #: Spawn and forkserver: the parent's gymnasium registrations of the env ids the factories
+    #: name, for those the worker does not have (registered under the main script's guard).
+    registrations: Pickled[tuple[EnvSpec, ...]] | None = None
