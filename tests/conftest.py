@@ -1,4 +1,9 @@
-"""Fixtures that own process lifetimes: whatever a test creates is closed, even when it fails."""
+"""Fixtures that own process lifetimes: whatever a test creates is closed, even when it fails.
+
+And the two handshake paths: every test of the modules in ``BOTH_PATHS`` runs once on the C
+path (where it was built) and once on the pure-Python one, as two parametrised cases of the
+same run (``[native]``, ``[python]``), so that one ``pytest`` run checks both.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,35 @@ import psutil
 import pytest
 
 from vecsample import VecSampler, VectorEnv
+from vecsample._parent import layout
+from vecsample._wire import handshake
 from vecsample.testing import CountingEnv, fns
+
+#: The test modules that exercise the step handshake: each test of them runs on both paths.
+BOTH_PATHS = frozenset({
+    "test_recv", "test_restart", "test_pipeline", "test_interrupts", "test_lifetime",
+    "test_commands", "test_handshake", "test_replay", "test_autoreset", "test_env_output",
+    "test_hosted", "test_info_columns", "test_scaling",
+})
+#: The paths this machine can run: the C one only where it was built.
+PATHS = ("native", "python") if handshake.NATIVE else ("python",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.module.__name__.rpartition(".")[2] in BOTH_PATHS:
+        metafunc.parametrize("handshake_path", PATHS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def handshake_path(request: pytest.FixtureRequest,
+                   monkeypatch: pytest.MonkeyPatch) -> str:
+    """The handshake path of this test's samplers: "python" makes every sampler it builds take
+    the pure-Python path (as ``handshake="python"`` would); "native" or "auto" leaves the
+    choice to the options (the C path where it was built)."""
+    path: str = getattr(request, "param", "auto")
+    if path == "python":
+        monkeypatch.setattr(layout, "native_handshake", lambda requested: False)
+    return path
 
 
 @pytest.fixture

@@ -91,7 +91,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_script(name: str, *flags: str) -> subprocess.CompletedProcess[str]:
     """``python experiments/<name>.py flags...`` from the checkout, as its docstring runs it
     (this checkout on the path, output captured, at most two minutes)."""
-    return subprocess.run([sys.executable, f"experiments/{name}.py", *flags], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return run_file(f"experiments/{name}.py", *flags)
+
+
+def run_file(path: str | Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``python <path> args...`` as a user runs a script (its ``__name__`` is ``"__main__"``),
+    from ``cwd``, with this checkout on the path, output captured, at most two minutes."""
+    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)})
 

@@ -7,8 +7,11 @@ A scenario number in a docstring is that of the outside fault-injection run
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import os
+import sys
 import threading
 import time
 
@@ -18,7 +21,8 @@ import pytest
 from gymnasium import spaces
 from helpers import ones
 
-from vecsample import EnvMaker, VecSampler, errors
+from vecsample import EnvMaker, VecSampler, VectorEnv, errors
+from vecsample._parent import startup
 from vecsample.testing import CountingEnv, SpaceEnv, fns
 
 # --- options --------------------------------------------------------------------------------------
@@ -64,6 +68,19 @@ def test_workers_cap_threads_and_can_be_pinned(make_sampler):
     assert s2.call("process_info")[0]["omp"] == "3"
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux core masks")
+def test_a_core_this_process_cannot_run_on_is_refused_naming_the_usable_ones(make_sampler):
+    """Issue 33, item 3: cpu_affinity=[[999]] passed every check, then the worker died in
+    sched_setaffinity and the error blamed the env ("segfault, OOM kill")."""
+    usable = sorted(os.sched_getaffinity(0))
+    missing = 999 if 999 not in usable else max(usable) + 1
+    with pytest.raises(errors.ConfigError) as info:
+        make_sampler(fns(CountingEnv, 1), cpu_affinity=[[missing]])
+    message = str(info.value)
+    assert message.startswith("cpu_affinity must be cores this process may run on")
+    assert f"cores [{missing}] are not usable here" in message and str(usable) in message
+
+
 def test_spin_before_block_is_automatic_and_configurable(make_sampler):
     import os
 
@@ -94,6 +111,32 @@ def _locked_factory(lock: threading.Lock) -> CountingEnv:
     return CountingEnv()
 
 
+@pytest.fixture
+def another_thread():
+    """A second Python thread, alive for the test: what makes forking the parent unsafe."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="another-thread")
+    thread.start()
+    yield thread
+    stop.set()
+    thread.join()
+
+
+@pytest.mark.parametrize("front", [VecSampler, VectorEnv])
+def test_the_fork_with_threads_warning_points_at_the_users_line(another_thread, monkeypatch,
+                                                                front):
+    """Issue 33, item 14: the warning pointed at vecsample's own frames (sampler.py, or
+    config.py through VectorEnv): only frames under vecsample/_parent counted as vecsample's."""
+    monkeypatch.setattr(startup, "_warned", set())  # given once per process: once more here
+    line = sys._getframe().f_lineno + 3  # the `front(...)` line below
+    with (pytest.warns(RuntimeWarning, match="context='fork' with other threads") as caught,
+          contextlib.closing(
+              front(fns(CountingEnv, 2), num_workers=1, context="fork"))):
+        pass
+    (warning,) = [w for w in caught if "context='fork'" in str(w.message)]
+    assert (warning.filename, warning.lineno) == (__file__, line)
+
+
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
 def test_unpicklable_factory_under_spawn(context):
     """cloudpickle carries lambdas and closures; an object it cannot pickle is a typed error."""
@@ -113,6 +156,29 @@ def test_lambdas_and_closures_work_under_every_start_method(make_sampler, contex
     s = make_sampler([make_env(i) for i in range(2)], num_workers=2, context=context)
     obs, _ = s.reset()
     np.testing.assert_array_equal(obs[:, 0], [0, 1])
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_a_factory_whose_module_a_worker_cannot_import_names_it_and_the_fix(
+        make_sampler, tmp_path, monkeypatch, context):
+    """Issue 33, item 4: the module was importable here only (a path added after the workers'
+    interpreter was set up); the worker died unpickling the factory, and the error blamed the
+    env ("died during BUILD ... segfault, OOM kill"), the ModuleNotFoundError only on stderr."""
+    name = f"only_here_{context}"
+    (tmp_path / f"{name}.py").write_text("from vecsample.testing import CountingEnv\n\n\n"
+                                          "def make():\n    return CountingEnv()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module(name)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    del sys.modules[name]
+    monkeypatch.setitem(sys.modules, name, module)  # kept here for the test, gone after it
+    with pytest.raises(errors.FactoryImportError) as info:
+        make_sampler([module.make], num_workers=1, context=context)
+    message = str(info.value)
+    for words in (f"it needs the module '{name}'", f"context='{context}'",
+                  f"No module named '{name}'", "Install", "context='fork'"):
+        assert words in message, words
+    assert isinstance(info.value, errors.EnvFactoryError)
 
 
 def test_unpicklable_factory_works_under_fork(make_sampler):

@@ -203,3 +203,45 @@ def test_a_reward_of_shape_1_is_one_typed_error_in_every_mode(make_sampler, mode
     s.reset()
     with pytest.raises(errors.WorkerError, match=r"env 1 .*reward has shape \(1,\)"):
         s.step(ones(2))
+
+
+# --- infos that are not dicts ---------------------------------------------------------------------
+
+
+class ListInfoEnv(CountingEnv):
+    """Returns its info as a list: from ``step()`` (``where="step"``), or from the resets after
+    the first (``where="reset"``: those the autoreset calls; every episode is one step)."""
+
+    def __init__(self, env_index: int = 0, where: str = "step") -> None:
+        super().__init__(env_index, length=1 if where == "reset" else 10)
+        self.where = where
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, ["a", "list"] if self.where == "reset" and self.episode > 0 else info
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, ["a", "list"] if self.where == "step" else info
+
+
+@pytest.mark.parametrize(("mode", "where", "field"), [
+    ("SameStep", "step", r"info \(the fifth value of step\(\)\)"),
+    ("NextStep", "step", r"info \(the fifth value of step\(\)\)"),
+    ("Disabled", "step", r"info \(the fifth value of step\(\)\)"),
+    ("SameStep", "reset", r"reset info \(of reset\(\), called by the autoreset\)"),
+    ("NextStep", "reset", r"reset info \(of reset\(\), called by the autoreset\)"),
+])
+def test_an_info_that_is_not_a_dict_names_its_env_and_the_field(make_sampler, mode, where,
+                                                                 field):
+    """Issue 33, item 6: it was WorkerError(env=None) with an AttributeError ('list' object
+    has no attribute 'items'), where every other bad output names its env and field."""
+    s = make_sampler([CountingEnv, functools.partial(ListInfoEnv, 1, where)], num_workers=1,
+                     autoreset_mode=mode)
+    s.reset()
+    with pytest.raises(errors.WorkerError, match=f"^env 1 in worker 0 raised EnvOutputError "
+                       f"during STEP: {field} is a list \\(\\['a', 'list'\\]\\), expected a "
+                       f"dict") as info:
+        for _ in range(2):  # NextStep resets the ended env at its next step
+            s.step(ones(2))
+    assert (info.value.env, info.value.exc_type) == (1, "EnvOutputError")

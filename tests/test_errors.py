@@ -6,6 +6,7 @@ behaviour's file (test_recv.py, test_commands.py, test_actions.py, test_construc
 
 from __future__ import annotations
 
+import copy
 import inspect
 import pickle
 import time
@@ -125,6 +126,22 @@ def test_bad_input_is_a_typed_error_that_says_how_to_fix_it(make_sampler, kind, 
     np.testing.assert_array_equal(out.obs[:, :2], before[:, :2] + [0, 1])
 
 
+def test_a_sampler_cannot_be_pickled_and_the_error_says_what_to_pass(make_sampler,
+                                                                      make_vector_env):
+    """Issue 33, item 7: pickling one named an internal closure of the worker pool."""
+    s = make_sampler(fns(CountingEnv, 2), num_workers=1, context="fork")
+    env = make_vector_env(fns(CountingEnv, 2), 1, context="fork")
+    for made, what, fix in ((s, "VecSampler", r"VecSampler\(env_fns, options=options\)"),
+                            (env, "vecsample.VectorEnv", r"env.sampler.options.*VectorEnv\(")):
+        for dump in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(TypeError, match=f"^a {what} cannot be pickled or copied: it owns "
+                               f"the worker processes.*{fix}") as info:
+                dump(made)
+            assert isinstance(info.value, errors.SamplerPicklingError)
+    s.reset()
+    np.testing.assert_array_equal(s.step(ones(2)).obs[:, 1], [1, 1])  # still works
+
+
 # --- errors cross processes -----------------------------------------------------------------------
 
 
@@ -137,7 +154,8 @@ _FIELDS = {
     "message": "cannot pickle", "state": "STEP", "hung_workers": [1], "deadline": 1.5,
     "history": ["died"], "max_restarts": 2, "path": "log.vsr", "problem": "truncated",
     "expected": "step", "got": "reset", "what": "call", "package": "torch", "extra": "train",
-    "step": "map", "nbytes": 4096,
+    "step": "map", "nbytes": 4096, "thread": "Thread-1", "holder": "MainThread",
+    "doing": "is inside a call", "owner": 6,
 }
 
 

@@ -8,6 +8,7 @@ buffer, and infos that cannot be pickled.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from helpers import ones
 
 from vecsample import errors
+from vecsample._parent import layout
 from vecsample._wire import handshake
 from vecsample.testing import CountingEnv, DyingEnv, SlowEnv, fns
 
@@ -38,6 +40,27 @@ def mixed_rounds(sampler: Any, workers: int, per: int, rounds: int, seed: int = 
         np.testing.assert_array_equal(r.obs[:, 1], sent[r.worker])
     assert sampler.stats()["env_steps"] == sent.sum() * per
     return partial
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_a_command_does_not_wait_for_a_spinning_worker(make_sampler, monkeypatch, pipeline):
+    """Issue 33, item 5: a worker that spins for its next step polled only its counters, so a
+    command (reset, call, close) waited on its pipe for the whole spin: 2 s with spin_us=2e6.
+    Options now caps the spin at 10 ms; here a 3 s spin is forced past that cap, and each
+    command must still be read at once (the worker sees its COMMANDS word move)."""
+    monkeypatch.setattr(layout, "spin_seconds", lambda spin_us, num_workers: 3.0)
+    s = make_sampler(fns(CountingEnv, 4), num_workers=2, pipeline=pipeline, context="fork")
+    assert s.layout.spin_s == 3.0
+    s.reset()
+    for _ in range(3):
+        s.step(ones(4))  # then every worker spins for its next step
+        start = time.monotonic()
+        s.reset()
+        assert s.get_attr("env_index") == [0, 1, 2, 3]
+        assert time.monotonic() - start < 1.0
+    start = time.monotonic()
+    s.close(timeout=2.0)  # CLOSE is a command too: no worker is terminated after the timeout
+    assert time.monotonic() - start < 1.0
 
 
 @pytest.mark.parametrize("pipeline", [False, True])

@@ -181,6 +181,36 @@ def test_a_hosted_env_that_raises_is_a_worker_error_naming_the_worker(make_sampl
     assert "injected failure in step 3" in info.value.remote_traceback
 
 
+class ListInfos(gym.vector.VectorWrapper):
+    """Its ``where`` ("step" or "reset") returns the vector infos in a list."""
+
+    def __init__(self, env: gym.vector.VectorEnv, where: str) -> None:
+        super().__init__(env)
+        self.where = where
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, infos = self.env.reset(**kwargs)
+        return obs, [infos] if self.where == "reset" else infos
+
+    def step(self, actions: Any) -> Any:
+        obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        return obs, rewards, terminated, truncated, [infos] if self.where == "step" else infos
+
+
+@pytest.mark.parametrize("where", ["step", "reset"])
+def test_hosted_infos_that_are_not_a_dict_are_an_env_output_error(make_sampler, where):
+    """Issue 33, item 6, for the hosted block: AttributeError ('list' object has no attribute
+    'items') before."""
+    sampler = make_sampler(HostedVector(lambda n: ListInfos(counting_sync(n), where)),
+                           num_envs=N, num_workers=W, autoreset_mode="NextStep", context="fork")
+    with pytest.raises(errors.WorkerError, match=f"raised EnvOutputError during "
+                       f"{where.upper()}: the hosted vector env's {where}\\(\\) returned infos "
+                       f"as a list .*expected a dict") as info:
+        sampler.reset(seed=0)
+        sampler.step(np.zeros(N, dtype=np.int64))
+    assert info.value.exc_type == "EnvOutputError"
+
+
 def test_a_hosted_worker_that_raises_restarts_reseeded_and_flagged(make_sampler):
     sampler = make_sampler(HostedVector(raising_sync), num_envs=N, num_workers=W,
                            restart=True, seed=0, autoreset_mode="NextStep")

@@ -426,7 +426,7 @@ def _round(s: VecSampler, tally: Tally, delay: float) -> None:
 
 
 @posix_only
-def test_a_storm_of_sigints_never_leaves_a_raised_send_posted(make_sampler):
+def test_a_storm_of_sigints_never_leaves_a_raised_send_posted(make_sampler, handshake_path):
     """At least 3 s of rounds, each with one SIGINT at a random point of step_send/step_recv
     cycles (a uniform delay over a few cycles). After each caught KeyboardInterrupt: one out of
     step_send left the worker's step unposted and nothing to receive; one out of step_recv
@@ -438,12 +438,18 @@ def test_a_storm_of_sigints_never_leaves_a_raised_send_posted(make_sampler):
     start = time.monotonic()
     # 3 s at least, and on until 5 SIGINTs have landed after a post (a loaded machine lands
     # fewer there: 4 in 3 s once in CI); 30 s at most, then the asserts below say what was seen.
-    while time.monotonic() - start < 3.0 or (tally.interrupts["held"] < 5 and
+    while time.monotonic() - start < 3.0 or (handshake_path == "python" and
+                                             tally.interrupts["held"] < 5 and
                                              time.monotonic() - start < 30.0):
         _round(s, tally, float(rng.uniform(0.0, 1e-3)))
     assert tally.violations == [], (tally.violations[:5], len(tally.violations))
     # SIGINTs landed after a post (held) and everywhere else: the windows were all exercised.
-    assert tally.interrupts["held"] >= 5 and tally.interrupts["step_recv"] >= 100, tally
+    # On the C path a send spends a microsecond or so between its post and its return, and the
+    # waits run in C with the GIL released (a SIGINT acts when they return, in step_recv), so a
+    # random SIGINT lands after a post only rarely: there the window is exercised on purpose by
+    # test_a_send_that_raises_keyboard_interrupt_posted_nothing, on both paths.
+    held = 5 if handshake_path == "python" else 0
+    assert tally.interrupts["held"] >= held and tally.interrupts["step_recv"] >= 100, tally
     assert _posted(s) == _received(s)  # every posted step handed over exactly once
 
 

@@ -16,6 +16,7 @@ import math
 import multiprocessing.heap
 import os
 import pickle
+import select
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from helpers import ones, posix_only
 
 from vecsample import VecSampler, errors
 from vecsample._wire.shm import SharedBuffers
-from vecsample.testing import CountingEnv, HangingEnv, fns
+from vecsample.testing import CountingEnv, HangingEnv, SlowEnv, fns
 
 # --- workers die with their parent ----------------------------------------------------------------
 
@@ -185,6 +186,176 @@ def test_a_forked_child_that_exits_leaves_the_parents_sampler_working(tmp_path, 
                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[1.0, 1.0]"
+
+
+#: Every call a thread must hold the sampler for, with arguments for a 1-worker, 1-env sampler.
+GUARDED_CALLS = {
+    "step_send": lambda s: s.step_send(0, ones(1)), "step_recv": lambda s: s.step_recv(None),
+    "send_all": lambda s: s.send_all(ones(1)), "step": lambda s: s.step(ones(1)),
+    "reset": lambda s: s.reset(), "reset_task": lambda s: s.reset_task([None]),
+    "call": lambda s: s.call("process_info"), "call_with": lambda s: s.call_with("process_info"),
+    "get_attr": lambda s: s.get_attr("env_index"), "set_attr": lambda s: s.set_attr("x", 1),
+}
+
+
+def _in_thread(call):
+    """What ``call()`` raised in a thread of its own (None if it returned)."""
+    raised: list[BaseException | None] = [None]
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the test, which asserts on it
+            raised[0] = exc
+
+    thread = threading.Thread(target=run, name="intruder")
+    thread.start()
+    thread.join()
+    return raised[0]
+
+
+def test_another_thread_cannot_take_the_steps_a_thread_has_pending(make_sampler):
+    """Issue 33, item 2: two threads driving separate workers received each other's results
+    (a full batch returns every pending step), and the loser waited for the deadline."""
+    s = make_sampler(fns(CountingEnv, 2), num_workers=2, context="fork")
+    s.reset()
+    s.step_send(0, ones(1))
+    for name in ("step_send", "step_recv", "reset"):
+        raised = _in_thread(lambda name=name: GUARDED_CALLS[name](s))
+        assert isinstance(raised, errors.ConcurrentUseError), name
+        assert str(raised).startswith(f"{name}() called from thread 'intruder' while thread "
+                                      f"'MainThread' has the steps of workers [0] pending")
+    assert [r.worker for r in s.step_recv(None)] == [0]  # nothing was taken or sent
+    assert _in_thread(lambda: s.step(ones(2))) is None  # nothing pending: handed over
+    np.testing.assert_array_equal(s.step(ones(2)).obs[:, 1], [3, 2])  # and back
+
+
+class GateEnv(CountingEnv):
+    """``call("hold", entered, release)`` writes a byte to ``entered``, then blocks until a byte
+    comes on ``release``: the test knows the caller is inside the call, and ends it."""
+
+    def hold(self, entered: int, release: int) -> None:
+        os.write(entered, b"1")
+        os.read(release, 1)
+
+
+@posix_only
+def test_a_call_while_another_thread_is_inside_one_is_refused_at_once(make_sampler):
+    """Issue 33, item 2: refused with a typed error naming the thread inside, not queued
+    behind it or mixed into its wait; once that call returns, the sampler is free again."""
+    entered_r, entered_w = os.pipe()  # before the worker forks: it inherits them
+    release_r, release_w = os.pipe()
+    try:
+        s = make_sampler([GateEnv], num_workers=1, context="fork")
+        s.reset()
+        holder = threading.Thread(target=s.call, args=("hold", entered_w, release_r),
+                                  name="holder")
+        holder.start()
+        try:
+            assert select.select([entered_r], [], [], 10.0)[0], "the env never entered hold()"
+            start = time.monotonic()
+            for name, call in GUARDED_CALLS.items():
+                with pytest.raises(errors.ConcurrentUseError, match=f"^{name}\\(\\) called "
+                                   f"from thread 'MainThread' while thread 'holder' is inside"):
+                    call(s)
+            assert time.monotonic() - start < 1.0  # at once: no wait behind the holder
+        finally:
+            os.write(release_w, b"1")
+            holder.join()
+    finally:
+        for fd in (entered_r, entered_w, release_r, release_w):
+            os.close(fd)
+    assert s.step(ones(1)).obs[0, 1] == 1  # taken over, now that the holder is out
+
+
+def test_close_from_another_thread_ends_a_blocked_step_recv_with_closed_error(make_sampler):
+    """Issue 33, item 2: the blocked call raised ProtocolError ("cannot go from closed to dead;
+    this is a bug in vecsample"). close() is how a trainer stops a sampler from another
+    thread on shutdown: the call it cuts short raises ClosedError."""
+    s = make_sampler(fns(SlowEnv, 2, step_time=30.0), num_workers=2, context="fork",
+                     deadline=60.0)
+    s.reset()
+    s.send_all(ones(2))
+    # The close comes while step_recv waits (a 30 s step); one that came first would be met by
+    # step_recv's own check, with the same error.
+    closer = threading.Timer(0.5, s.close, kwargs={"timeout": 0.5})
+    closer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(errors.ClosedError, match=r"closed \(by another thread's close\(\)\)"):
+            s.step_recv(None)
+    finally:
+        closer.join()
+    assert time.monotonic() - start < 5.0 and s.closed
+
+
+@posix_only
+def test_close_from_another_thread_ends_a_command_under_way_with_closed_error(make_sampler):
+    """Issue 33, item 2, for the command RPC's wait: a call() under way when another thread
+    closes the sampler raises ClosedError once close() has ended its worker."""
+    entered_r, entered_w = os.pipe()  # before the worker forks: it inherits them
+    release_r, release_w = os.pipe()
+    try:
+        s = make_sampler([GateEnv], num_workers=1, context="fork")
+
+        def close_once_inside() -> None:
+            select.select([entered_r], [], [], 10.0)
+            s.close(timeout=0.5)
+
+        closer = threading.Thread(target=close_once_inside)
+        closer.start()
+        try:
+            with pytest.raises(errors.ClosedError, match=r"closed \(by another thread's "
+                               r"close\(\)\) (during|while) call"):
+                s.call("hold", entered_w, release_r)
+        finally:
+            closer.join()
+    finally:
+        for fd in (entered_r, entered_w, release_r, release_w):
+            os.close(fd)
+    assert s.closed
+
+
+def test_a_thread_that_ended_leaves_its_pending_steps_to_the_next(make_sampler):
+    """The holder ended with a step pending: nobody else can receive it, so the next thread
+    takes the sampler over, step and all (docs/semantics.md, "Threads and processes")."""
+    s = make_sampler(fns(CountingEnv, 2), num_workers=2, context="fork")
+    s.reset()
+    assert _in_thread(lambda: s.step_send(1, ones(1))) is None
+    assert [r.worker for r in s.step_recv(None)] == [1]
+
+
+@posix_only
+def test_a_forked_child_calling_its_parents_sampler_gets_a_typed_error(make_sampler):
+    """Issue 33, item 7: a forked child of the trainer that called the parent's sampler stepped
+    the parent's workers behind its back. Each call is refused there; the parent's goes on."""
+    s = make_sampler([CountingEnv], num_workers=1, context="fork")
+    s.reset()
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover  # the child reports on the pipe and never returns
+        try:
+            got = []
+            for name, call in GUARDED_CALLS.items():
+                try:
+                    call(s)
+                    got.append(f"{name}: returned")
+                except errors.ForkedSamplerError as exc:
+                    got.append(f"{name}: {type(exc).__name__}: {exc}")
+                except BaseException as exc:  # reported to the parent's asserts
+                    got.append(f"{name}: {type(exc).__name__}: {exc}")
+            os.write(w, "\n".join(got).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        lines = pipe.read().splitlines()
+    os.waitpid(child, 0)
+    assert [line.split(":")[0] for line in lines] == list(GUARDED_CALLS)
+    for line in lines:
+        assert f"ForkedSamplerError: {line.split(':')[0]}() called in process {child}, a fork of " \
+               f"process {os.getpid()}" in line, line
+    assert s.step(ones(1)).obs[0, 1] == 1  # the parent's sampler is untouched
 
 
 # --- close ----------------------------------------------------------------------------------------

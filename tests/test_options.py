@@ -17,7 +17,7 @@ from vecsample._parent.layout import Layout
 from vecsample._parent.replay import header
 from vecsample._wire.replay_log import MAGIC
 from vecsample.factories import Envs
-from vecsample.options import NAMES
+from vecsample.options import MAX_SPIN_US, NAMES
 from vecsample.testing import CountingEnv, fns
 
 #: One bad value per field, and a piece of what the error must say was expected.
@@ -34,7 +34,7 @@ BAD: dict[str, tuple[Any, str]] = {
     "check_actions": (1, "True or False"),
     "restart": (None, "True or False"),
     "max_restarts": (-1, "an int >= 0"),
-    "spin_us": (float("inf"), "a finite number of microseconds"),
+    "spin_us": (float("inf"), "a number of microseconds from 0 to 10000"),
     "uneven_split": ("no", "True or False"),
     "pipeline": (1, "True or False"),
     "record": (3, "None or a file path"),
@@ -93,6 +93,16 @@ def test_checks_across_two_fields():
         Options(num_workers=3, cpu_affinity=[[0], [1]])
     with pytest.raises(errors.ConfigError, match="pass one of them"):
         Options(record="a.log", replay="b.log")
+
+
+def test_the_spin_is_bounded_and_the_error_names_the_bound():
+    """Issue 33, item 5: spin_us=2e6 made every reset() wait 2 s, and spin_us=1e12 with
+    deadline=None never returned (a worker spun 11 days before it read its pipe)."""
+    assert Options(spin_us=MAX_SPIN_US).spin_us == MAX_SPIN_US == 10_000.0
+    for value in (10_000.5, 2e6, 1e12):
+        with pytest.raises(errors.ConfigError, match=r"^spin_us must be None or a number of "
+                           r"microseconds from 0 to 10000 \(10 ms\), got"):
+            Options(spin_us=value)
 
 
 def test_replace_makes_a_checked_copy_and_names_the_closest_field():
@@ -207,6 +217,12 @@ def test_an_unknown_option_is_the_same_error_everywhere():
     with pytest.raises(errors.ConfigError) as reference:
         Options().replace(restarts=True)
     assert "the closest field is 'restart'" in str(reference.value)
+    with pytest.raises(errors.ConfigError) as constructed:  # issue 33, item 7: a TypeError was
+        Options(restarts=True)  # type: ignore[call-arg]  # raised here, naming no field
+    assert str(constructed.value) == str(reference.value)
+    with pytest.raises(errors.ConfigError, match="got 'num_worker'; the closest field is "
+                       "'num_workers'"):
+        Options(num_worker=2)  # type: ignore[call-arg]
     for constructor, build in CONSTRUCTORS.items():
         if constructor == "MultiTaskSampler":
             continue  # pytorch-maml-rl's signature: no keywords beyond its own and options=

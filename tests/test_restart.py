@@ -12,9 +12,12 @@ A scenario number in a docstring is that of the outside fault-injection run
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import select
 import signal
+import threading
 import time
 from typing import Any
 
@@ -114,6 +117,91 @@ def test_hung_worker_without_restart_raises_and_close_kills_it(make_sampler):
     s.close(timeout=0.2)
     assert time.monotonic() - start < 3.0
     assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == "zombie" for p in pids)
+
+
+class ForkingEnv(CountingEnv):
+    """An env that starts a child process (as one that runs a simulator does): at its first
+    step, or when ``call("fork_and_hang")`` calls it, it forks a child that sleeps 15 s, writes
+    the child's pid to ``fd`` and hangs, so that the test kills its worker while the child
+    lives on, holding every fd the worker had."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+
+    def fork_and_hang(self) -> None:
+        child = os.fork()
+        if child == 0:
+            time.sleep(15)
+            os._exit(0)
+        os.write(self.fd, child.to_bytes(4, "little"))
+        time.sleep(60)
+
+    def step(self, action: Any) -> Any:
+        self.fork_and_hang()
+        return super().step(action)
+
+
+@pytest.fixture
+def forked_children():
+    """``(fd, read)``: an env writes the pids of the children it forks to ``fd``; ``read()``
+    returns the next one (waiting up to 10 s). Every child written is SIGKILLed at teardown,
+    read or not: they outlive the worker that forked them."""
+    r, w = os.pipe()
+    pids: list[int] = []
+
+    def read() -> int:
+        assert select.select([r], [], [], 10.0)[0], "the env forked no child within 10 s"
+        pids.append(int.from_bytes(os.read(r, 4), "little"))
+        return pids[-1]
+
+    yield w, read
+    os.set_blocking(r, False)
+    with contextlib.suppress(BlockingIOError):
+        data = os.read(r, 4096)
+        pids += [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    os.close(r)
+    os.close(w)
+
+
+@posix_only
+@pytest.mark.parametrize("where", ["step", "command"])
+def test_a_death_is_seen_at_once_while_a_child_the_worker_forked_lives(make_sampler,
+                                                                        forked_children, where):
+    """Issue 33, item 1: under fork a child the env forked inherits the worker's process
+    sentinel (a pipe), so a death seen through it waited for that child (15 s here, the
+    deadline of 5 s before that). A pidfd, which no other process holds, sees it at once."""
+    fd, read_child = forked_children
+    s = make_sampler([functools.partial(ForkingEnv, fd)], num_workers=1, context="fork",
+                     deadline=5.0)
+    s.reset()
+    worker = s.worker_pids()[0]
+    killed_at: list[float] = []
+    children: list[int] = []
+
+    def kill_once_forked() -> None:
+        children.append(read_child())
+        os.kill(worker, signal.SIGKILL)
+        killed_at.append(time.monotonic())
+
+    if where == "step":
+        s.step_send(0, ones(1))
+        kill_once_forked()
+        with pytest.raises(errors.WorkerDiedError, match="exit code -9"):
+            s.step_recv(None)
+    else:  # the command RPC's wait: the kill comes from a thread while call() waits
+        killer = threading.Thread(target=kill_once_forked)
+        killer.start()
+        try:
+            with pytest.raises(errors.WorkerDiedError, match="exit code -9"):
+                s.call("fork_and_hang")
+        finally:
+            killer.join()
+    assert time.monotonic() - killed_at[0] < 2 * DETECT_S
+    assert psutil.Process(children[0]).status() != psutil.STATUS_ZOMBIE  # it still lives
 
 
 # --- restart=True: deaths and raises --------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from gymnasium import error as gym_error
 from gymnasium import spaces
-from helpers import assert_same, record_calls
+from helpers import assert_same, record_calls, run_file
 
 from vecsample import errors, make_vec
 from vecsample.adapters import errors as adapter_errors
@@ -408,3 +408,72 @@ def test_stats_show_what_vector_env_adds_to_a_step(make_vector_env):
     stats = env.sampler.stats()
     assert stats["vector_infos_s"] > 0 and stats["obs_copy_s"] > 0
     assert stats["vector_infos_pct"] + stats["obs_copy_pct"] < 100
+
+
+GUARDED_REGISTRATIONS = """
+import functools, threading
+import gymnasium as gym
+import vecsample
+from vecsample import EnvMaker, HostedVector, VecSampler, VectorEnv
+from vecsample.testing import CountingEnv
+
+class TopLevelEnv(CountingEnv):
+    pass
+
+if __name__ == "__main__":
+    class GuardedEnv(CountingEnv):
+        pass
+
+    gym.register("TopLevelClass-v0", entry_point=TopLevelEnv)
+    gym.register("MainString-v0", entry_point="__main__:TopLevelEnv")
+    gym.register("GuardedClass-v0", entry_point=GuardedEnv)
+    stop = threading.Event()  # a thread, as SummaryWriter starts: "auto" picks forkserver
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    space = CountingEnv().observation_space, CountingEnv().action_space
+    ways = {
+        "make_vec": lambda: vecsample.make_vec("TopLevelClass-v0", 2, num_workers=1),
+        "EnvMaker": lambda: VectorEnv([EnvMaker("MainString-v0")] * 2, num_workers=1),
+        "partial": lambda: VectorEnv([functools.partial(gym.make, "GuardedClass-v0")] * 2,
+                                     num_workers=1),
+        "env id": lambda: VecSampler("GuardedClass-v0", num_envs=2),
+        "hosted": lambda: VecSampler(HostedVector("GuardedClass-v0", "sync"), num_envs=2,
+                                     autoreset_mode="NextStep"),
+        "closure": lambda: VectorEnv([lambda: gym.make("GuardedClass-v0")] * 2, num_workers=1,
+                                     observation_space=space[0], action_space=space[1]),
+    }
+    try:
+        for way, make in ways.items():
+            try:
+                made = make()
+            except Exception as exc:
+                print(f"{way}: {type(exc).__name__}: {exc}")
+                continue
+            print(f"{way}: {made.context}: {made.reset()[0][:, 0].tolist()}")
+            made.close()
+    finally:
+        stop.set()
+        thread.join()
+"""
+
+
+def test_envs_registered_under_the_main_guard_reach_forkserver_workers(tmp_path):
+    """Issue 33, item 8: with a thread running, "auto" picks forkserver, whose workers run the
+    main script without its guard: an env registered there was missing (NameNotFound). The
+    workers now get the parent's registrations of the ids an env id, EnvMaker, make_vec,
+    functools.partial(gym.make, id) or a hosted env names; a closure gets an error that says
+    why and what to do (docs/gymnasium.md)."""
+    script = tmp_path / "registers_under_the_guard.py"
+    script.write_text(GUARDED_REGISTRATIONS)
+    proc = run_file(script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    said = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    for way in ("make_vec", "EnvMaker", "partial", "env id", "hosted"):
+        assert said[way] == "forkserver: [0.0, 0.0]", f"{way}: {said[way]}"
+    closure = said["closure"]
+    assert closure.startswith("EnvNotRegisteredError: worker 0 could not build its envs "
+                              "(env 0): "), closure
+    for words in ("NameNotFound", "context='forkserver'", 'if __name__ == "__main__":',
+                  "EnvMaker(id)", "functools.partial(gymnasium.make, id)", "context='fork'"):
+        assert words in closure, words
+    assert "Traceback" not in proc.stderr, proc.stderr

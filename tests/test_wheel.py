@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from vecsample._wire.handshake import NATIVE
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -113,6 +115,7 @@ CORE_SCRIPT = textwrap.dedent("""
             for _ in range(50):
                 result = sampler.step(np.zeros(4, dtype=np.int64))
             print("stepped", result.obs.shape, float(result.rewards.sum()))
+            print("native handshake:", sampler.layout.native)
         try:
             import vecsample.train
         except vecsample.errors.MissingExtraError as error:
@@ -132,6 +135,37 @@ def test_the_core_wheel_samples_cartpole_without_torch(core_python: Path, tmp_pa
     assert "absent: torch tqdm mujoco" in out, out
     assert "stepped (4, 4) 4.0" in out, out
     assert "extra: train" in out, out
+
+
+@pytest.mark.skipif(not NATIVE, reason="the C handshake is built on x86-64 Linux only")
+def test_the_wheel_carries_the_c_handshake_and_the_sampler_takes_it(dist: Path,
+                                                                    core_python: Path,
+                                                                    tmp_path: Path):
+    names = zipfile.ZipFile(wheel_of(dist)).namelist()
+    assert any(n.startswith("vecsample/_wire/_native.") and n.endswith(".so") for n in names)
+    assert "native handshake: True" in run_script(core_python, CORE_SCRIPT, tmp_path)
+
+
+def test_without_a_compiler_the_sdist_installs_with_the_python_handshake_and_says_so(
+        dist: Path, tmp_path: Path):
+    """No C compiler (``CC`` pointing at ``false``): the optional extension fails to build,
+    the install does not, and a sampler says once, in one line, what runs instead."""
+    (sdist,) = dist.glob("vecsample-*.tar.gz")
+    where = tmp_path / "venv"
+    venv.create(where, system_site_packages=False, with_pip=True, symlinks=True)
+    python = where / "bin" / "python"
+    proc = subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(sdist)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=900,
+                          env={**CLEAN_ENV, "CC": "false"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    script = tmp_path / "script.py"
+    script.write_text(CORE_SCRIPT)
+    ran = subprocess.run([str(python), str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300, env=CLEAN_ENV)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "stepped (4, 4) 4.0" in ran.stdout and "native handshake: False" in ran.stdout
+    said = [line for line in ran.stderr.splitlines() if "native handshake" in line]
+    assert len(said) == 1 and "install a C compiler" in said[0], ran.stderr
 
 
 def test_the_wheel_installs_the_vecsample_command(core_python: Path, tmp_path: Path):

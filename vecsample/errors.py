@@ -112,6 +112,64 @@ class EnvFactoryError(VecSampleError, RuntimeError):
     """An env factory could not be pickled, raised while building, or built mismatched spaces."""
 
 
+class FactoryImportError(EnvFactoryError):
+    """An env factory (or an env registration it needs) names a module that a spawn or
+    forkserver worker cannot import, so the worker cannot unpickle it.
+
+    Raised in the worker, which reports it like any build error; the parent raises it again
+    with the worker's message (``module`` and ``context`` are then None).
+    """
+
+    def __init__(self, message: str = "", *, module: str | None = None,
+                 context: str | None = None, error: str = "",
+                 what: str = "an env factory") -> None:
+        if not message:
+            message = (
+                f"{what} could not be unpickled in a worker started with "
+                f"context={context!r}: it needs the module {module!r}, which that worker cannot "
+                f"import ({error}). A {context} worker is a fresh interpreter: it imports what "
+                f"a pickle names, and runs the main script without its "
+                f"`if __name__ == \"__main__\":` block. Install {module!r} where the workers "
+                f"run, or make it importable before the sampler starts (PYTHONPATH, or "
+                f"sys.path at the top of the script); or make the factory a function of the "
+                f"main script that imports it when called (such a function travels by value); "
+                f"or use context='fork'."
+            )
+        super().__init__(message)
+        self.module = module
+        self.context = context
+
+
+class EnvNotRegisteredError(EnvFactoryError, gym_error.UnregisteredEnv):
+    """An env factory made an env id that a spawn or forkserver worker does not have: it was
+    registered where a worker does not run it, such as under ``if __name__ == "__main__":``,
+    and the factory does not say which id it makes (a closure), so the worker was not given it.
+    Also gymnasium's ``UnregisteredEnv``. Raised in the worker; the parent raises it again with
+    the worker's message (``context`` is then None)."""
+
+    def __init__(self, message: str = "", *, context: str | None = None,
+                 error: str = "") -> None:
+        if not message:
+            message = (
+                f"an env factory asked gymnasium for an env that a worker started with "
+                f"context={context!r} does not have ({error}). Such a worker runs the main "
+                f"script without its `if __name__ == \"__main__\":` block (context='auto' picks "
+                f"forkserver once the parent runs a thread), so an env registered there is "
+                f"missing unless vecsample gives the worker its registration, which it does "
+                f"for the env ids, EnvMaker(id) and functools.partial(gymnasium.make, id) the "
+                f"parent has registered, not for an id made inside another function. Pass the "
+                f"id one of those ways, register the env at the top level of the script or in "
+                f"a module the factory imports, or use context='fork'."
+            )
+        super().__init__(message)
+        self.context = context
+
+
+#: The build errors a worker reports by name, which the parent raises again as the same class.
+BUILD_ERRORS: dict[str, type[FactoryImportError | EnvNotRegisteredError]] = {
+    cls.__name__: cls for cls in (FactoryImportError, EnvNotRegisteredError)}
+
+
 class MainGuardError(EnvFactoryError):
     """Workers would re-import a main script that builds a sampler at top level, unguarded."""
 
@@ -153,6 +211,57 @@ class ClosedError(VecSampleError, RuntimeError, gym_error.ClosedEnvironmentError
     def __init__(self, message: str = "", *, what: str = "VecSampler") -> None:
         super().__init__(message or f"this {what} is closed; create a new one.")
         self.what = what
+
+
+class ConcurrentUseError(VecSampleError, RuntimeError):
+    """A call from one thread while another thread holds the sampler: it is inside a call, or
+    has steps pending (sent, not yet received). A sampler serves one thread at a time
+    (docs/semantics.md, "Threads and processes"); ``close()`` works from any thread."""
+
+    def __init__(self, *, call: str, thread: str, holder: str, doing: str,
+                 what: str = "VecSampler") -> None:
+        super().__init__(
+            f"{call}() called from thread {thread!r} while thread {holder!r} {doing}; a {what} "
+            f"serves one thread at a time, so this call would take or wait for that thread's "
+            f"steps. Make its calls from one thread, or hand it over: once {holder!r} has "
+            f"received its steps and returned, any thread may go on with it (close() works "
+            f"from any thread)."
+        )
+        self.call = call
+        self.thread = thread
+        self.holder = holder
+        self.doing = doing
+        self.what = what
+
+
+class ForkedSamplerError(VecSampleError, RuntimeError):
+    """A sampler was called in a child forked from the process that made it: its workers,
+    pipes and shared memory are that process's."""
+
+    def __init__(self, *, call: str, pid: int, owner: int, what: str = "VecSampler") -> None:
+        super().__init__(
+            f"{call}() called in process {pid}, a fork of process {owner}, which made this "
+            f"{what}: its workers, pipes and shared memory belong to process {owner}, and this "
+            f"call would drive them behind its back. Make a new {what} in this process (after "
+            f"the fork), or leave the sampling to process {owner}."
+        )
+        self.call = call
+        self.pid = pid
+        self.owner = owner
+        self.what = what
+
+
+class SamplerPicklingError(VecSampleError, TypeError):
+    """A sampler (or a vector env on one) was pickled or copied: it owns worker processes,
+    pipes and shared memory, which cannot travel; what builds it can."""
+
+    def __init__(self, *, what: str, fix: str) -> None:
+        super().__init__(
+            f"a {what} cannot be pickled or copied: it owns the worker processes, pipes and "
+            f"shared memory of the process that made it. {fix}."
+        )
+        self.what = what
+        self.fix = fix
 
 
 class SharedMemoryError(VecSampleError, OSError):

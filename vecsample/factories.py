@@ -9,13 +9,18 @@ adapter and the tools use, so that every constructor refuses bad input with the 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
 import importlib
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import cloudpickle
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from vecsample.errors import ConfigError
 from vecsample.hosted import HostedVector
@@ -96,4 +101,52 @@ def env_factories(env_fns: Sequence[EnvFn] | str, num_envs: int | None,
     return fns
 
 
-__all__ = ["EnvMaker", "Envs", "env_factories"]
+def env_registrations(env_fns: Sequence[EnvFn], hosted: HostedVector | None,
+                      ) -> tuple[EnvSpec, ...]:
+    """The parent's gymnasium registrations of the env ids that ``env_fns`` (or ``hosted``)
+    name, for a spawn or forkserver worker to register those it lacks before it builds: an
+    env registered under the main script's ``if __name__ == "__main__":``, which such a worker
+    does not run. The ids are read from an ``EnvMaker``, ``functools.partial(gymnasium.make,
+    id)`` and a hosted env's id (a closure does not say which id it makes). An entry point in
+    the main script ("__main__:Env") travels as the object itself; a registration that cannot
+    be pickled is left out (the worker may have it; if not, its error says so)."""
+    ids = dict.fromkeys(env_id for env_id in map(_env_id, env_fns) if env_id is not None)
+    if hosted is not None and isinstance(hosted.make, str):
+        ids[hosted.make] = None
+    found = []
+    for env_id in ids:
+        spec = gym.registry.get(env_id)
+        if spec is None:
+            continue
+        spec = _main_objects(spec)
+        try:
+            cloudpickle.dumps(spec)
+        except Exception:  # left out: see the docstring
+            continue
+        found.append(spec)
+    return tuple(found)
+
+
+def _env_id(fn: EnvFn) -> str | None:
+    """The env id ``fn`` makes, where it says so."""
+    if isinstance(fn, EnvMaker):
+        return fn.env_id
+    if isinstance(fn, functools.partial) and fn.func is gym.make:
+        made = fn.args[0] if fn.args else fn.keywords.get("id")
+        return made if isinstance(made, str) else None
+    return None
+
+
+def _main_objects(spec: EnvSpec) -> EnvSpec:
+    """``spec`` with its entry points in the main script ("__main__:Env") as the objects, which
+    cloudpickle carries by value: a worker's main module lacks what its guard defines."""
+    changes: dict[str, Any] = {}
+    for name in ("entry_point", "vector_entry_point"):
+        point = getattr(spec, name)
+        if isinstance(point, str) and point.startswith("__main__:"):
+            with contextlib.suppress(Exception):  # not there: the worker's own error says so
+                changes[name] = load_env_creator(point)
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
+__all__ = ["EnvMaker", "Envs", "env_factories", "env_registrations"]

@@ -40,6 +40,10 @@ AUTO = "auto"
 #: It skips scheduler wake-ups (an IPI on a VM, docs/benchmarks.md); with more workers than
 #: cores, spinning would steal their CPU, so None means 0 then.
 AUTO_SPIN_US = 200.0
+#: The longest spin ``spin_us`` may ask for (µs). A spin saves one wake-up, tens of µs; past a
+#: few ms that saving is noise and the spin only burns its core (docs/benchmarks.md keeps the
+#: workers spinning through a parent's 10 ms of work with it).
+MAX_SPIN_US = 10_000.0
 #: Default deadline (seconds) of each wait for workers, so that a hung worker never hangs a call.
 DEFAULT_DEADLINE = 300.0
 #: Building envs (imports, MuJoCo model compiles) may take longer than one call's deadline.
@@ -126,7 +130,12 @@ class Options:
 
     spin_us: float | None = field(default=None, metadata=TUNING)
     """Microseconds both sides poll shared memory before sleeping on a pipe (None: 200 while
-    every worker can have a core of its own, else 0)."""
+    every worker can have a core of its own, else 0), at most ``MAX_SPIN_US`` (10 ms). The
+    trade: a side that spins sees the other's next step without a wake-up (tens of µs saved
+    per step), but keeps its core busy (yielding it between polls) for up to ``spin_us`` after
+    each step, CPU the other processes on that core lose; past a few ms the saving is noise.
+    Commands (reset, call, close) are not delayed by it: a spinning worker looks at its pipe
+    between bursts of polls."""
 
     uneven_split: bool = False
     """Allow a ``num_workers`` that does not divide the envs: the blocks then differ by at most
@@ -181,7 +190,11 @@ _fields_init = Options.__init__
 
 
 def _init_noting_given(self: Options, *args: Any, **kwargs: Any) -> None:
-    """``Options.__init__``, then ``given``: the fields named by position or keyword."""
+    """``Options.__init__``, then ``given``: the fields named by position or keyword. An
+    unknown keyword is the ConfigError that ``replace`` gives, naming the closest field."""
+    for name in kwargs:
+        if name not in NAMES:
+            raise unknown_option(name)
     _fields_init(self, *args, **kwargs)
     object.__setattr__(self, "given", frozenset(NAMES[:len(args)]) | frozenset(kwargs))
 
@@ -315,10 +328,11 @@ def _affinity(value: Any, name: str) -> tuple[tuple[int, ...], ...] | bool | Non
 
 def _spin(value: Any, name: str) -> float | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                              or not 0 <= float(value) < math.inf):
-        raise ConfigError(name=name, expected="None or a finite number of microseconds >= 0",
-                          got=value, fix="None spins 200 us while every worker has a core of "
-                          "its own, else 0")
+                              or not 0 <= float(value) <= MAX_SPIN_US):
+        raise ConfigError(name=name, expected=f"None or a number of microseconds from 0 to "
+                          f"{MAX_SPIN_US:.0f} (10 ms)", got=value, fix="None spins 200 us while "
+                          "every worker has a core of its own, else 0; a longer spin only burns "
+                          "CPU")
     return None if value is None else float(value)
 
 
@@ -378,6 +392,6 @@ CHECKS: dict[str, Callable[[Any, str], Any]] = {
 }
 DEFAULTS = Options()
 
-__all__ = ["AUTO", "AUTO_SPIN_US", "DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "STARTUP_DEADLINE",
-           "Options", "adapted", "check_context", "check_int", "check_mode", "check_options",
-           "check_seconds", "usable_cores"]
+__all__ = ["AUTO", "AUTO_SPIN_US", "DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "MAX_SPIN_US",
+           "STARTUP_DEADLINE", "Options", "adapted", "check_context", "check_int", "check_mode",
+           "check_options", "check_seconds", "usable_cores"]

@@ -18,16 +18,18 @@ every env (reset, reset_task, call, get_attr, set_attr) included.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 
 import numpy as np
 
 from vecsample import errors, hosted
 from vecsample._parent import signals
 from vecsample._parent.deadline import Deadline
+from vecsample._parent.guard import CallGuard
 from vecsample._parent.layout import Layout
 from vecsample._parent.pool import WorkerPool
 from vecsample._parent.replay import NO_LOG, CallLog, open_log
@@ -50,6 +52,39 @@ from vecsample.types import AutoresetMode, EnvFn, Space
 __all__ = ["VecSampler"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _guarded(method: Callable[Concatenate[VecSampler, P], R],
+             ) -> Callable[Concatenate[VecSampler, P], R]:
+    """A command (reset, call, ...): claimed for this thread and process (``CallGuard``) for
+    its whole run; one that another thread's ``close()`` cut short raises ClosedError. The
+    calls of the step API claim inline, without this wrapper's cost."""
+    call = method.__name__
+
+    def guarded(self: VecSampler, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        guard = self._guard
+        restore = guard.claim(call)
+        was_open = not self._closed
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if was_open and self._closed and not isinstance(exc, errors.ClosedError):
+                raise _closed_during(call) from exc
+            raise
+        finally:
+            guard.idle = restore
+
+    functools.update_wrapper(guarded, method)  # its name, docstring and signature
+    return guarded
+
+
+def _closed_during(call: str) -> errors.ClosedError:
+    """What a call raises when another thread's ``close()`` cut it short (the error it met on
+    the way is the cause)."""
+    return errors.ClosedError(f"this VecSampler was closed (by another thread's close()) "
+                              f"during {call}(); create a new one.")
 
 
 class VecSampler:
@@ -72,6 +107,14 @@ class VecSampler:
         ConfigError: an option that cannot work (the message says which and how to fix it).
         UnsupportedSpaceError: a space that cannot live in shared memory.
         EnvFactoryError: a factory that cannot be pickled, or raised while building.
+
+    Threads and processes: a sampler serves one thread at a time. A call from another thread
+    while one is inside a call, or has steps pending, raises ``ConcurrentUseError`` naming it
+    (a full batch would otherwise return that thread's steps); once that thread has received
+    its steps and returned, any thread may go on. ``close()`` works from any thread at any
+    time, and the call it cuts short raises ``ClosedError``. A child forked from the process
+    that made the sampler gets ``ForkedSamplerError``; a sampler cannot be pickled (pass its
+    env factories and ``options`` instead). docs/semantics.md, "Threads and processes".
 
     Example:
         >>> import numpy as np
@@ -162,6 +205,8 @@ class VecSampler:
         ordered = handshake.ORDERED  # read once: tests force the unordered protocol through it
         self._pool = WorkerPool(self.layout, self._buffers, ordered)
         self._states = self._pool.states
+        #: Who may call now: this process, one thread at a time (guard.py, docs/semantics.md).
+        self._guard = CallGuard("VecSampler", self._states.stepping)
         self._channel = StepChannel(self.layout, self._buffers, self._pool, ordered, self._meter)
         self._seeds = EnvSeeds(o.seed, self.num_envs)
         #: What a worker that died, raised or hung becomes, chosen here once: nothing below
@@ -207,16 +252,21 @@ class VecSampler:
         posted is held: this call returns, and the next vecsample call raises it before it does
         anything (docs/semantics.md, "Interrupts").
         """
-        signals.raise_held()  # one held by the last send: raised before anything is done
-        start = time.perf_counter()
-        w = self._states.index(worker, self._closed)
-        self._log.send(w)  # a replay checks the call before it does anything
-        self._expect_idle(w, "step_send")
-        if self._no_frozen:
-            hosted.check_not_ended(self._channel.views[w], self.layout.bounds(w)[0])
-        self._actions.write(actions, self._channel.views[w].action_leaves,
-                            len(self._channel.blocks[w]))
-        self._channel.send(w, start)  # posts and returns: a SIGINT now is the next call's
+        guard = self._guard
+        restore = guard.claim("step_send")  # this thread's and process's (guard.py)
+        try:
+            signals.raise_held()  # one held by the last send: raised before anything is done
+            start = time.perf_counter()
+            w = self._states.index(worker, self._closed)
+            self._log.send(w)  # a replay checks the call before it does anything
+            self._expect_idle(w, "step_send")
+            if self._no_frozen:
+                hosted.check_not_ended(self._channel.views[w], self.layout.bounds(w)[0])
+            self._actions.write(actions, self._channel.views[w].action_leaves,
+                                len(self._channel.blocks[w]))
+            self._channel.send(w, start)  # posts and returns: a SIGINT now is the next call's
+        finally:
+            guard.idle = restore  # a store, no call: nothing runs between the post and return
 
     def step_recv(
         self, timeout: float | None = None, *, deadline: float | None = None, copy: bool = False
@@ -241,14 +291,20 @@ class VecSampler:
         next one: nothing is lost or returned twice. What every ``timeout`` and ``deadline``
         of every class bounds: the table in docs/semantics.md.
         """
-        self._check_open()
-        pending = self._states.stepping()
-        if not pending:
-            raise errors.NoPendingError()
-        if timeout is not None:
-            timeout = check_seconds(timeout, "timeout")
-        bound = self._wait if deadline is None else Deadline(check_seconds(deadline, "deadline"))
-        return self._recv(pending, timeout, bound, copy)
+        guard = self._guard
+        restore = guard.claim("step_recv")  # this thread's and process's (guard.py)
+        try:
+            self._check_open()
+            pending = self._states.stepping()
+            if not pending:
+                raise errors.NoPendingError()
+            if timeout is not None:
+                timeout = check_seconds(timeout, "timeout")
+            bound = (self._wait if deadline is None
+                     else Deadline(check_seconds(deadline, "deadline")))
+            return self._recv(pending, timeout, bound, copy)
+        finally:
+            guard.idle = restore
 
     def _recv(self, pending: list[int], timeout: float | None, deadline: Deadline,
               copy: bool) -> list[StepResult]:
@@ -260,6 +316,10 @@ class VecSampler:
             got = self._channel.collect(workers, timeout, deadline, copy)
             results = self._log.arrange(made + self._failures.settle(got, pending, copy))
         except BaseException as exc:
+            if self._closed and isinstance(exc, Exception):  # another thread's close() ended
+                if isinstance(exc, errors.ClosedError):  # the wait: nothing to hand over
+                    raise
+                raise _closed_during("step_recv") from exc
             self._channel.deliver(getattr(exc, "results", []))  # what it carries is handed over
             self._log.failed(exc)
             raise
@@ -275,21 +335,34 @@ class VecSampler:
         worker) it then gives its core up once (``sched_yield``), so that the worker sharing it
         starts its envs now, not after the caller's bookkeeping; that yield counts as waiting
         in ``stats()``."""
+        guard = self._guard
+        restore = guard.claim("send_all")  # this thread's and process's (guard.py)
+        try:
+            self._send_all(actions)
+        finally:
+            guard.idle = restore
+
+    def _send_all(self, actions: Actions) -> None:
         start = time.perf_counter()
         self._expect_all_idle("send_all")
         self._log.send_all()
         if self._no_frozen:
             hosted.check_not_ended(self._channel.all_views, 0)
         self._actions.write(actions, self._channel.all_views.action_leaves, self.num_envs)
-        self._channel.send_all(start)  # posts and returns: a SIGINT now is the next call's
-        if self.layout.spin_s > 0:
-            self._yield_core()
+        # Posts, hands the core over where the sampler spins, and returns: a SIGINT from the
+        # post on is the next call's (the yield is inside the channel's section, before it ends).
+        self._channel.send_all(start, hand_over=self.layout.spin_s > 0)
 
     def step(self, actions: Actions, *, copy: bool = False) -> StepResult:
         """Sends every worker its rows of ``actions`` and waits for the full batch."""
-        self.send_all(actions)
-        signals.raise_held()  # raised before the wait; the workers' steps stay pending
-        return self.recv_batch(copy=copy)
+        guard = self._guard
+        restore = guard.claim("step")  # this thread's and process's (guard.py)
+        try:
+            self._send_all(actions)
+            signals.raise_held()  # raised before the wait; the workers' steps stay pending
+            return self._recv_batch(None, copy)
+        finally:
+            guard.idle = restore
 
     def recv_batch(self, *, deadline: float | None = None, copy: bool = False) -> StepResult:
         """``batch(step_recv(None, deadline=deadline))`` in one call: every env's data as one
@@ -300,6 +373,14 @@ class VecSampler:
         for all of them and one read of all the rows (docs/architecture.md, "The full
         batch"); a worker lost, a deadline or an infos message takes ``step_recv``'s path,
         with its errors and its restarts."""
+        guard = self._guard
+        restore = guard.claim("recv_batch")  # this thread's and process's (guard.py)
+        try:
+            return self._recv_batch(deadline, copy)
+        finally:
+            guard.idle = restore
+
+    def _recv_batch(self, deadline: float | None, copy: bool) -> StepResult:
         self._check_open()
         bound = self._wait if deadline is None else Deadline(check_seconds(deadline, "deadline"))
         if self._log is NO_LOG and self._states.all_stepping():
@@ -335,6 +416,7 @@ class VecSampler:
 
     # --- synchronous commands --------------------------------------------------------------------
 
+    @_guarded
     def reset(
         self, seed: SeedArg = None, options: dict[str, Any] | None = None, *,
         mask: np.ndarray | None = None, deadline: float | None = None,
@@ -357,6 +439,7 @@ class VecSampler:
         self._channel.drop_held()  # respawned workers were reset too: no restart to report
         return self._channel.all_views.obs, infos
 
+    @_guarded
     def reset_task(self, tasks: Sequence[object], *, deadline: float | None = None) -> None:
         """Gives env j the task ``tasks[j]`` through ``env.unwrapped.reset_task``.
 
@@ -367,23 +450,31 @@ class VecSampler:
         self._each(Command.RESET_TASK, lambda lo, hi: tasks[lo:hi], deadline)
         self._failures.remember(Command.RESET_TASK, "", tasks)  # a respawned env gets it again
 
+    @_guarded
     def call(self, name: str, /, *args: Any, deadline: float | None = None,
              **kwargs: Any) -> list[Any]:
         """Calls ``name`` on every env (or reads it, if not callable); one result per env.
         ``call_with`` passes the env's method a keyword that is itself named ``deadline``."""
-        return self.call_with(name, args, kwargs, deadline=deadline)
+        return self._call(name, args, kwargs, deadline)
 
+    @_guarded
     def call_with(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
                   *, deadline: float | None = None) -> list[Any]:
         """``call(name, *args, **kwargs)``, the method's arguments given as they are."""
+        return self._call(name, args, kwargs, deadline)
+
+    def _call(self, name: str, args: Sequence[Any], kwargs: dict[str, Any] | None,
+              deadline: float | None) -> list[Any]:
         name, args, kwargs = _check_name(name), tuple(args), dict(kwargs or {})
         return self._each(Command.CALL, lambda lo, hi: (name, args, kwargs), deadline)
 
+    @_guarded
     def get_attr(self, name: str, *, deadline: float | None = None) -> list[Any]:
         """The attribute ``name`` of every env, through its wrappers; one value per env."""
         name = _check_name(name)
         return self._each(Command.GET_ATTR, lambda lo, hi: name, deadline)
 
+    @_guarded
     def set_attr(self, name: str, values: object, *, deadline: float | None = None) -> None:
         """Sets ``name`` on every env: a list gives one value per env, anything else is shared."""
         name = _check_name(name)
@@ -481,6 +572,12 @@ class VecSampler:
 
     def __exit__(self, *exc: object) -> None:  # a with block closes, pass or fail
         self.close()
+
+    def __reduce__(self) -> NoReturn:
+        raise errors.SamplerPicklingError(
+            what="VecSampler", fix="Pass what builds one instead, its env factories and its "
+            "options (sampler.options), and build it where it runs: VecSampler(env_fns, "
+            "options=options)")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

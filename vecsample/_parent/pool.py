@@ -32,8 +32,8 @@ from vecsample import errors
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
 from vecsample._parent.signals import critical
-from vecsample._parent.startup import PickledFactory, check_main_guard
-from vecsample._wire.handshake import FUTEX, Bell
+from vecsample._parent.startup import check_main_guard
+from vecsample._wire.handshake import COMMANDS, FUTEX, Bell
 from vecsample._wire.protocol import (
     OK_MESSAGE,
     Command,
@@ -43,7 +43,8 @@ from vecsample._wire.protocol import (
     WorkerStates,
 )
 from vecsample._wire.shm import SharedBuffers
-from vecsample._wire.spec import WORKER_MAIN, WorkerSpec
+from vecsample._wire.spec import WORKER_MAIN, Pickled, PickledFactory, WorkerSpec
+from vecsample.factories import env_registrations
 
 #: The longest single wait handed to poll(): longer ones are cut (poll takes int milliseconds).
 MAX_POLL_MS = 2**31 - 1
@@ -107,17 +108,30 @@ class WorkerPool:
         self.ring_reader, self.ring_writer = self._ctx.Pipe(duplex=False)
         self.procs: list[BaseProcess] = []
         self.conns: list[Connection] = []
+        #: Per worker, the fd that polls readable once its process has exited (``death_fd``):
+        #: what every wait for a worker watches, set once per process (spawn, respawn).
+        self.deaths: list[int] = []
+        #: The pidfds this pool opened, by process: closed when the process is reaped.
+        self._pidfds: dict[BaseProcess, int] = {}
         self._owner = os.getpid()
-        self._sentinels: dict[int, list[int]] | None = None  # all of them, until a respawn
+        self._all_deaths: dict[int, list[int]] | None = None  # all of them, until a respawn
         #: The futex that sleeping workers wait on (None: each sleeps on its pipe); rung after
         #: every command and step post (handshake.Bell).
         self.bell = Bell(buffers.control()) if FUTEX and ordered else None
+        #: Each worker's COMMANDS word: counts the commands sent on its pipe, so that a
+        #: worker spinning for its next step stops to read them (handshake.Waiter._spin).
+        self._commands = buffers.control()[:layout.num_slots, COMMANDS]
+        #: What a spawn or forkserver worker registers before it builds (factories.py).
+        self.registrations = (None if layout.context == "fork" else Pickled(
+            env_registrations(layout.env_fns, layout.hosted), layout.context,
+            "an env registration"))
         _POOLS.add(self)
         # The finalizer holds these lists themselves: a respawn replaces entries in place. It
         # runs in this process only: a child forked from it (a DataLoader worker) that exits
         # must not close our workers (its copies of the pipes just close with it).
         self._finalizer = weakref.finalize(self, _shutdown_in, os.getpid(), self.procs,
-                                           self.conns, [self.ring_reader, self.ring_writer])
+                                           self.conns, [self.ring_reader, self.ring_writer],
+                                           self._pidfds)
 
     # --- lifetime --------------------------------------------------------------------------------
 
@@ -125,16 +139,19 @@ class WorkerPool:
         """Starts every worker and waits until all have built their envs."""
         check_main_guard(self.layout.context)
         for p in range(self.layout.options.num_workers):
-            proc, conns = self._spawn(self.layout.slots(p))  # EnvFactoryError: caller closes
-            self.procs += [proc] * len(conns)  # per worker: a process serves its slots
+            proc, conns, death = self._spawn(self.layout.slots(p))  # EnvFactoryError: caller
+            self.procs += [proc] * len(conns)  # per worker: a process serves its slots  (closes)
             self.conns += conns
+            self.deaths += [death] * len(conns)
         try:
             self._await_built(range(self.layout.num_slots),
                               Deadline(self.layout.options.startup_deadline))
         except errors.WorkerError as exc:
-            raise errors.EnvFactoryError(
-                f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
-            ) from exc
+            # A build error the worker typed (a module it cannot import, an env id it lacks)
+            # is raised as that class again; any other as EnvFactoryError.
+            kind = errors.BUILD_ERRORS.get(exc.exc_type, errors.EnvFactoryError)
+            raise kind(f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
+                       ) from exc
 
     def _await_built(self, workers: Sequence[int], deadline: Deadline) -> None:
         for w in workers:
@@ -150,19 +167,21 @@ class WorkerPool:
 
     def stop(self, w: int) -> None:
         """Kills what is left of worker ``w``'s process (before ``respawn``), closes its pipes."""
-        shutdown([self.procs[w]], [self.conns[s] for s in self.layout.process_slots(w)], 0.0)
+        shutdown([self.procs[w]], [self.conns[s] for s in self.layout.process_slots(w)], 0.0,
+                 pidfds=self._pidfds)
 
     def respawn(self, w: int, deadline: Deadline) -> None:
         """After ``stop(w)``: a new process for ``w`` (and its other half), built in time."""
         slots = self.layout.process_slots(w)
-        proc, conns = self._spawn(slots)
+        proc, conns, death = self._spawn(slots)
         for s, conn in zip(slots, conns, strict=True):
-            self.procs[s], self.conns[s] = proc, conn
+            self.procs[s], self.conns[s], self.deaths[s] = proc, conn, death
         self._await_built(list(slots), deadline)
 
-    def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection]]:
-        """Starts the process serving workers ``slots``; its pipes, one per worker."""
-        self._sentinels = None  # a new process: a new sentinel
+    def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection], int]:
+        """Starts the process serving workers ``slots``; its pipes, one per worker, and the fd
+        that tells its death (``death_fd``)."""
+        self._all_deaths = None  # a new process: a new death fd
         pipes = [self._ctx.Pipe(duplex=True) for _ in slots]
         others = [c for i, c in enumerate(self.conns) if i not in slots]
         inherited = [*others, *(parent for parent, _ in pipes), self.ring_reader]
@@ -181,25 +200,30 @@ class WorkerPool:
         finally:
             for _, child in pipes:  # only the worker holds them now: its death reads as EOF
                 child.close()
-        return proc, [parent for parent, _ in pipes]
+        death, owned = death_fd(proc)
+        if owned:
+            self._pidfds[proc] = death
+        return proc, [parent for parent, _ in pipes], death
 
     def pids(self) -> list[int]:
         return [int(proc.pid or 0) for proc in self.procs]
 
-    def all_sentinels(self) -> dict[int, list[int]]:
-        """``sentinels`` of every worker, made once and again after each respawn."""
-        if self._sentinels is None:
-            self._sentinels = self.sentinels(range(self.layout.num_slots))
-        return self._sentinels
+    def all_death_fds(self) -> dict[int, list[int]]:
+        """``death_fds`` of every worker, made once and again after each respawn: what a full
+        batch's wait watches, at no cost per worker."""
+        if self._all_deaths is None:
+            self._all_deaths = self.death_fds(range(self.layout.num_slots))
+        return self._all_deaths
 
-    def sentinels(self, workers: Iterable[int]) -> dict[int, list[int]]:
-        """Each process's sentinel fd -> those of ``workers`` it serves (two if pipelined)."""
-        procs = self.procs
+    def death_fds(self, workers: Iterable[int]) -> dict[int, list[int]]:
+        """Each process's death fd (``death_fd``) -> those of ``workers`` it serves (two if
+        pipelined)."""
+        deaths = self.deaths
         if self.layout.slots_per_process == 1:  # on every wait of a step: the short way
-            return {procs[w].sentinel: [w] for w in workers}
+            return {deaths[w]: [w] for w in workers}
         found: dict[int, list[int]] = {}
         for w in workers:
-            found.setdefault(procs[w].sentinel, []).append(w)
+            found.setdefault(deaths[w], []).append(w)
         return found
 
     def close(self, timeout: float) -> None:
@@ -208,12 +232,11 @@ class WorkerPool:
             return
         try:
             if os.getpid() != self._owner:  # a forked copy of the sampler: leave the workers be
-                for conn in [*self.conns, self.ring_reader, self.ring_writer]:
-                    conn.close()
+                _close_copies(self.conns, [self.ring_reader, self.ring_writer], self._pidfds)
                 return
             self.states.close_all()
             shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer],
-                     self.bell)
+                     self.announce, self._pidfds)
         finally:
             # The shared memory's fd, here and now (shm.Region): its mapping stays for the
             # views still held (the user's results), and goes with the last of them.
@@ -225,7 +248,9 @@ class WorkerPool:
         """Marks worker ``w`` dead; the error to raise, naming its pid, exit code and envs."""
         self.states.transition(w, WorkerState.DEAD)
         proc = self.procs[w]
-        proc.join(0.1)
+        if proc.exitcode is None and _exited(self.deaths[w], 0.1):  # pipe EOF: exiting now
+            proc.join()  # it has exited: the reap returns at once (not by its sentinel, which
+            # a child it forked may hold open)
         return errors.WorkerDiedError(
             worker=w, pid=proc.pid, exitcode=proc.exitcode, command=command,
             env_ids=range(*self.layout.bounds(w)),
@@ -263,11 +288,19 @@ class WorkerPool:
                     continue
                 self.states.transition(w, WorkerState.BUSY)
             sent.append(w)
-        if self.bell is not None:
-            self.bell.ring(sent)  # a worker asleep on the futex looks at its pipe when rung
+        self.announce(sent)
         replies = self.gather(sent, command.name, deadline)  # every sent command is answered
         replies.lost += unsent
         return replies
+
+    def announce(self, workers: Sequence[int]) -> None:
+        """After a command was sent to each of ``workers``: a worker spinning for its next step
+        sees its COMMANDS word move and reads its pipe; one asleep on the futex is rung (one
+        asleep on its pipe wakes by itself)."""
+        for w in workers:
+            self._commands[w] += 1
+        if self.bell is not None:
+            self.bell.ring(workers)
 
     def reconcile(self, deadline: Deadline) -> list[errors.WorkerDiedError]:
         """Before a command: an interrupted command's replies are read, and the workers that
@@ -325,6 +358,10 @@ class WorkerPool:
         while waiting:
             remaining = None if deadline_at is None else deadline_at - time.monotonic()
             ready = self._wait_any(waiting, remaining)
+            if self.states.closed:  # by another thread's close(): the workers are going
+                raise errors.ClosedError(f"this VecSampler was closed (by another thread's "
+                                         f"close()) while {command.lower()}() waited; create a "
+                                         f"new one.")
             if not ready:
                 if deadline_at is not None and time.monotonic() >= deadline_at:
                     raise self._silent(sorted(waiting.values()), deadline.exceeded())
@@ -351,14 +388,14 @@ class WorkerPool:
         )
 
     def _wait_any(self, waiting: dict[Connection, int], timeout: float | None) -> list[Any]:
-        """The pipes and sentinels of ``waiting`` workers that are ready within ``timeout``."""
-        handles = [*waiting, *(self.procs[w].sentinel for w in waiting.values())]
+        """The pipes and death fds of ``waiting`` workers that are ready within ``timeout``."""
+        handles = [*waiting, *{self.deaths[w] for w in waiting.values()}]
         return wait_handles(handles, None if timeout is None else max(0.0, timeout))
 
     def _dead_in(self, ready: list[Any]) -> set[int]:
-        """The workers whose process's sentinel is in ``ready`` (all of a process's slots)."""
+        """The workers whose process's death fd is in ``ready`` (all of a process's slots)."""
         fired = {r for r in ready if isinstance(r, int)}
-        return {w for w, p in enumerate(self.procs) if p.sentinel in fired}
+        return {w for w, fd in enumerate(self.deaths) if fd in fired}
 
     def _read_reply(self, w: int, command: str) -> tuple[Any, Lost | None]:
         """Worker ``w``'s reply to ``command``: (its payload, None), or (None, the error that
@@ -391,7 +428,7 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> Worke
     lo, hi = pool.layout.bounds(w)
     fns = pool.layout.env_fns[lo:hi]  # empty with a hosted env, which pickles itself
     if pool.layout.context != "fork":
-        fns = tuple(PickledFactory(fn) for fn in fns)
+        fns = tuple(PickledFactory(fn, pool.layout.context) for fn in fns)
     affinity = pool.layout.cpu_affinity[w]
     return WorkerSpec(
         index=w, env_fns=fns, env_offset=lo, count=hi - lo, hosted=pool.layout.hosted,
@@ -405,41 +442,94 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> Worke
         spin_s=pool.layout.spin_s, ring_writer=pool.ring_writer, ordered=pool._ordered,
         native=pool.layout.native,
         inherited_conns=inherited if pool.layout.context == "fork" else [],
+        registrations=pool.registrations,
     )
 
 
 def shutdown(
     procs: list[BaseProcess], conns: list[Connection], timeout: float,
-    more: Sequence[Connection] = (), bell: Bell | None = None,
+    more: Sequence[Connection] = (), announce: Callable[[Sequence[int]], None] | None = None,
+    pidfds: dict[BaseProcess, int] | None = None,
 ) -> None:
-    """Asks every worker to exit, then terminates and kills what is left, then closes the
-    pipes (``more``: the doorbell pipe's ends). Always returns."""
+    """Asks every worker to exit (``announce``: ``WorkerPool.announce``, for all of them),
+    then terminates and kills what is left, then closes the pipes (``more``: the doorbell
+    pipe's ends) and the pidfds of ``procs`` (in ``pidfds``). Always returns."""
+    pidfds = {} if pidfds is None else pidfds
     close_message = pickle.dumps((Command.CLOSE, None))
     for conn in conns:
         with contextlib.suppress(OSError, ValueError):  # already dead or closed: nothing to ask
             conn.send_bytes(close_message)
-    if bell is not None:
-        bell.ring(range(len(conns)))
+    if announce is not None:
+        announce(range(len(conns)))
     started = [p for p in dict.fromkeys(procs) if p.pid is not None]  # once per process
     end = time.monotonic() + min(max(0.0, timeout), MAX_WAIT)
-    _join_all(started, end)
+    _join_all(started, end, pidfds)
     for proc in started:  # all at once: the call is bounded, not each worker in turn
         if proc.is_alive():
             proc.terminate()
-    _join_all(started, time.monotonic() + TERMINATE_GRACE)
+    _join_all(started, time.monotonic() + TERMINATE_GRACE, pidfds)
     for proc in started:
         if proc.is_alive():
             proc.kill()  # cannot be ignored: the join below returns at once
-    _join_all(started, None)
+    _join_all(started, None, pidfds)
     for conn in [*conns, *more]:
         conn.close()
     for proc in started:
         proc.close()
+        fd = pidfds.pop(proc, None)
+        if fd is not None:
+            os.close(fd)
 
 
-def _join_all(procs: Sequence[BaseProcess], end: float | None) -> None:
+def _join_all(procs: Sequence[BaseProcess], end: float | None,
+              pidfds: dict[BaseProcess, int]) -> None:
+    """Reaps those of ``procs`` that exit before ``end`` (None: waits for all)."""
     for proc in procs:
-        proc.join(None if end is None else max(0.0, end - time.monotonic()))
+        fd = pidfds.get(proc)
+        remaining = None if end is None else max(0.0, end - time.monotonic())
+        if fd is None:  # no pidfd: the sentinel, as multiprocessing waits
+            proc.join(remaining)
+        elif _exited(fd, remaining):
+            proc.join()  # it has exited: returns at once, whoever holds its sentinel
+
+
+def death_fd(proc: BaseProcess) -> tuple[int, bool]:
+    """An fd that polls readable (POLLIN) once ``proc`` has exited, and whether it is ours to
+    close: every wait for a worker (the step handshake's, the command RPC's, close's) watches it.
+
+    Its pidfd (Linux >= 5.3) where the kernel has one: a handle on the process itself, which no
+    other process holds. The process sentinel is not enough: it is a pipe whose write end the
+    worker holds, and a child the worker forks (an env that starts a simulator or an emulator)
+    inherits it, so under fork or spawn a worker's death would be seen only when that child
+    exits, or at the deadline. Where there is no pidfd (an older kernel, another platform, a
+    sandbox that forbids the call) the sentinel it is, with that limit (docs/reliability.md).
+    A plain fd per process, which any ``poll()`` can watch: a native wait for the handshake
+    watches the same fds.
+    """
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is not None and proc.pid is not None:
+        # The process is ours (fork, spawn) or the forkserver's, started just now: its pid
+        # cannot have been reused yet.
+        with contextlib.suppress(OSError):  # ENOSYS, EPERM: the sentinel below
+            return pidfd_open(proc.pid), True
+    return proc.sentinel, False
+
+
+def _exited(fd: int, timeout: float | None) -> bool:
+    """Whether death fd ``fd`` reads ready within ``timeout`` seconds (None: waits)."""
+    return bool(wait_handles([fd], timeout))
+
+
+def _close_copies(conns: Sequence[Connection], more: Sequence[Connection],
+                  pidfds: dict[BaseProcess, int]) -> None:
+    """In a forked copy of the pool: closes its copies of the pipes and pidfds, and nothing
+    else (the workers are the parent's)."""
+    for conn in [*conns, *more]:
+        conn.close()
+    for fd in pidfds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    pidfds.clear()
 
 
 def _pickle_error(exc: Exception, context: str) -> errors.EnvFactoryError:
@@ -483,11 +573,10 @@ def wait_handles(objects: list[Any], timeout: float | None) -> list[Any]:
 
 
 def _shutdown_in(owner: int, procs: list[BaseProcess], conns: list[Connection],
-                 more: Sequence[Connection]) -> None:
+                 more: Sequence[Connection], pidfds: dict[BaseProcess, int]) -> None:
     """The finalizer: ``shutdown`` in the process that made the workers, else only close the
-    pipe copies (a forked child exiting must not close its parent's workers)."""
+    pipe and pidfd copies (a forked child exiting must not close its parent's workers)."""
     if os.getpid() == owner:
-        shutdown(procs, conns, 1.0, more)
+        shutdown(procs, conns, 1.0, more, pidfds=pidfds)
     else:
-        for conn in [*conns, *more]:
-            conn.close()
+        _close_copies(conns, more, pidfds)

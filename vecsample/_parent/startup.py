@@ -13,6 +13,10 @@
   ``MainGuardError`` naming the line and the fix.
 * Factories travel through cloudpickle (which gymnasium already depends on), so lambdas,
   closures and bound methods work under every start method, as with AsyncVectorEnv.
+* Such a worker also lacks the envs the main script registers under its guard: it is given
+  the parent's registrations of the env ids the factories name
+  (``factories.env_registrations``) and registers those it lacks before it builds
+  (docs/gymnasium.md).
 """
 
 from __future__ import annotations
@@ -20,22 +24,21 @@ from __future__ import annotations
 import ast
 import functools
 import multiprocessing as mp
+import os
 import sys
 import threading
 import warnings
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
-
-import cloudpickle
+from typing import Any
 
 from vecsample.errors import MainGuardError
 from vecsample.options import AUTO, check_context
 
-if TYPE_CHECKING:  # an annotation only
-    from vecsample.types import EnvFn
-
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+#: The vecsample package's directory, as the code's file names spell it (with and without
+#: symlinks resolved): a warning points at the first frame outside it, the user's line.
+_PACKAGE_DIRS = tuple({str(path) + os.sep for path in (Path(__file__).parents[1],
+                                                       Path(__file__).resolve().parents[1])})
 _warned: set[str] = set()  # warnings given once per process
 
 
@@ -107,22 +110,6 @@ def _guarded(path: str, line: int) -> bool:
     return any(lo <= line <= hi for lo, hi in _guard_ranges(path))
 
 
-class PickledFactory:
-    """An env factory that pickles through cloudpickle: lambdas and closures travel too."""
-
-    def __init__(self, fn: EnvFn) -> None:
-        self.fn = fn
-
-    def __call__(self) -> Any:
-        return self.fn()
-
-    def __getstate__(self) -> bytes:
-        return cloudpickle.dumps(self.fn)  # type: ignore[no-any-return]
-
-    def __setstate__(self, state: bytes) -> None:
-        self.fn = cloudpickle.loads(state)
-
-
 def warn_once(key: str, message: str) -> None:
     """A RuntimeWarning pointing at the user's line (the first frame outside vecsample),
     given at most once per process for each ``key``."""
@@ -133,8 +120,9 @@ def warn_once(key: str, message: str) -> None:
 
 
 def _user_stacklevel() -> int:
-    """warnings.warn's stacklevel for the first caller outside this package."""
+    """warnings.warn's stacklevel for the first caller outside the vecsample package (every
+    frame of vecsample is skipped: _parent's, the sampler's, the adapters'...)."""
     frame, level = sys._getframe(1), 1  # 1: the caller of _user_stacklevel (warn_once)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIRS):
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return level

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import pickle
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -144,12 +145,18 @@ class StepChannel:
         finally:
             signals.commit()  # the last call: no KeyboardInterrupt between the post and return
 
-    def send_all(self, started: float) -> None:
-        """``send`` for every worker (all idle): the end of send_all."""
+    def send_all(self, started: float, hand_over: bool = False) -> None:
+        """``send`` for every worker (all idle): the end of send_all. With ``hand_over`` it
+        then yields this process's core once (``sched_yield``), so that the worker sharing it
+        starts now; the yield counts as waiting (``wait_s``)."""
         signals.enter()
         try:
             self.ring(self._post_all())
-            self._timers["send_s"] += time.perf_counter() - started
+            posted = time.perf_counter()
+            self._timers["send_s"] += posted - started
+            if hand_over:
+                os.sched_yield()
+                self._timers["wait_s"] += time.perf_counter() - posted
         finally:
             signals.commit()  # the last call: no KeyboardInterrupt between the post and return
 
@@ -210,7 +217,7 @@ class StepChannel:
             handshake.fence()
             for w in workers:
                 if self._hs.wants_ring(w):
-                    # A dead worker cannot be rung; its sentinel reports it in the next collect,
+                    # A dead worker cannot be rung; its death fd reports it in the next collect,
                     # where the restart policy (or the error) handles it with the others.
                     with contextlib.suppress(OSError):
                         self._pool.conns[w].send_bytes(DOORBELL)
@@ -253,6 +260,8 @@ class StepChannel:
                 got.hung, got.bound = sorted(waiting), deadline.exceeded()
                 break
             self._sleep(got, waiting, _earliest(end, window), now)
+            if self._states.closed:  # by another thread's close(): the workers are going
+                raise _closed_while_waiting()
         return got
 
     def collect_batch(self, deadline: Deadline, copy: bool) -> StepResult | None:
@@ -292,7 +301,7 @@ class StepChannel:
 
     def _wait_batch(self, end: float | None) -> bool:
         """Waits until every worker finished (True), or one died or ``end`` passed (False)."""
-        hs, sentinels = self._hs, self._pool.all_sentinels()
+        hs, sentinels = self._hs, self._pool.all_death_fds()
         cpu = time.thread_time()
         try:
             while not hs.all_done():
@@ -301,6 +310,8 @@ class StepChannel:
                     return False
                 if hs.wait_all(None if end is None else end - now, sentinels):
                     return False  # a worker died: the general collect names it
+                if self._states.closed:
+                    raise _closed_while_waiting()
             return True
         finally:
             self._timers["wait_cpu_s"] += time.thread_time() - cpu
@@ -325,9 +336,9 @@ class StepChannel:
                now: float) -> None:
         """Sleeps until a worker of ``waiting`` finishes or dies, or ``until``; a worker that
         died before finishing goes to ``got.lost``, out of ``waiting``."""
-        sentinels = self._pool.sentinels(waiting)
+        deaths = self._pool.death_fds(waiting)
         cpu = time.thread_time()
-        dead = self._hs.wait(waiting, None if until is None else until - now, sentinels)
+        dead = self._hs.wait(waiting, None if until is None else until - now, deaths)
         self._timers["wait_cpu_s"] += time.thread_time() - cpu
         if dead:
             # Data before death: a worker that finished its step and then died delivers it.
@@ -509,6 +520,11 @@ def _add_infos(schema: Schema, result: StepResult, records: list[InfoRecord] | N
     reset = read_block(schema, RESET, lo, hi, bits[1]) if bits[1] else None
     result.infos.add(step, left)
     result.reset_infos.add(reset, left_reset)
+
+
+def _closed_while_waiting() -> errors.ClosedError:
+    return errors.ClosedError("this VecSampler was closed (by another thread's close()) while "
+                              "step_recv() waited; create a new one.")
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

@@ -4,7 +4,9 @@ A step never needs a system call while both sides are awake. The parent writes t
 then bumps the worker's ``SEQ`` word; the worker, polling that word, steps its envs, writes the
 results, then sets ``DONE`` to the same number. A side that found nothing for ``spin_s`` goes to
 sleep on a pipe and says so in its ``SLEEPING`` word; the other side then rings it with one
-write. Commands other than STEP (reset, call, close, ...) still travel on the worker's pipe.
+write. Commands other than STEP (reset, call, close, ...) still travel on the worker's pipe;
+the parent counts each in the worker's ``COMMANDS`` word, which a spinning worker reads between
+bursts of polls, so a command never waits for a spin to end.
 
 Lost wake-ups: the sleeper writes ``SLEEPING`` and then reads the counter; the poster writes the
 counter and then reads ``SLEEPING``. Each side puts a full memory fence between its write and its
@@ -42,6 +44,7 @@ import numpy as np
 #: 64-byte aligned base the two sides never write the same cache line.
 CONTROL_WORDS = 16
 SEQ = 0  # parent -> worker: number of the last step posted
+COMMANDS = 1  # parent -> worker: commands sent on its pipe so far (a spinning worker looks)
 DONE = 8  # worker -> parent: number of the last step finished
 REPLY = 9  # worker -> parent: REPLY_PLAIN, or REPLY_MESSAGE when a pickle follows on the pipe
 SLEEPING = 10  # worker -> parent: 1 while the worker blocks on its pipe
@@ -157,6 +160,9 @@ class WorkerSide:
         self.spin_s = spin_s if ordered else 0.0
         self.ordered = ordered
         self.seen = self.words[self.base + SEQ]  # a restarted worker starts where it finds SEQ
+        #: Commands read off the pipe, counted from what COMMANDS said when this process
+        #: started (those sent to a process before it are gone with its pipe).
+        self.commands_read = self.words[self.base + COMMANDS]
         self.schema = (control.shape[0] - 1) * CONTROL_WORDS + SCHEMA
         self.bell = Bell(control) if FUTEX and ordered else None
         self.bits = (0, 0)  # the info columns of the step under way (info_bits)
@@ -171,6 +177,11 @@ class WorkerSide:
     def info_bits(self, step: int, reset: int) -> None:
         """Which info columns this step wrote; ``finish`` publishes them with the step."""
         self.bits = (step, reset)
+
+    def commanded(self) -> bool:
+        """Whether the parent has sent a command not read yet (COMMANDS counts those sent):
+        the spin's way out, so that a command on the pipe never waits for the spin to end."""
+        return bool(self.words[self.base + COMMANDS] != self.commands_read)
 
     def posted(self) -> bool:
         """Whether a new step was posted (and, if so, takes it as seen)."""
@@ -190,6 +201,7 @@ class WorkerSide:
                 return True, None  # pickled actions (a command never meets a step)
             message = self.conn.recv_bytes()
             if message != DOORBELL:
+                self.commands_read += 1
                 return True, message
         return False, None
 
@@ -239,32 +251,34 @@ class Waiter:
         return self._sleep_on_pipes()
 
     def _spin(self) -> int | None:
-        """The slot posted to within ``spin_s``, or None. Only the counters are polled:
-        commands wait for the sleep (at most ``spin_s`` late), so the loop makes one system
-        call per turn, the yield that hands this core to the parent when both share it."""
+        """The slot posted to within ``spin_s``, or None: the spin is over, or a command came
+        (its ``COMMANDS`` word, read once per burst, moved: the sleep's look reads the pipe).
+        Only shared memory is polled, so the loop makes one system call per turn, the yield
+        that hands this core to the parent when both share it."""
         if len(self.live) > 1:
             return self._spin_all()
-        slot = self.live[0]  # one worker per process (the default): no inner loop
-        is_posted = self.sides[slot].posted
+        side = self.sides[self.live[0]]  # one worker per process (the default): no inner loop
+        slot, is_posted, commanded = self.live[0], side.posted, side.commanded
         end = time.perf_counter() + self.spin_s
         while True:
             for _ in range(SPIN_BURST):
                 if is_posted():
                     return slot
-            if time.perf_counter() >= end:
+            if commanded() or time.perf_counter() >= end:
                 return None
             os.sched_yield()
 
     def _spin_all(self) -> int | None:
         """``_spin`` over several slots (pipeline=True): the first one found posted."""
         posted = [(slot, self.sides[slot].posted) for slot in self.live]
+        commanded = [self.sides[slot].commanded for slot in self.live]
         end = time.perf_counter() + self.spin_s
         while True:
             for _ in range(SPIN_BURST):
                 for slot, is_posted in posted:
                     if is_posted():
                         return slot
-            if time.perf_counter() >= end:
+            if any(c() for c in commanded) or time.perf_counter() >= end:
                 return None
             os.sched_yield()
 
@@ -302,6 +316,7 @@ class Waiter:
                     side = self.sides[slot]
                     message = side.conn.recv_bytes()
                     if message != DOORBELL:
+                        side.commands_read += 1
                         return slot, message
                     if not self.ordered and side.posted():  # the ring's read ordered memory
                         return slot, None
@@ -434,24 +449,24 @@ class ParentSide:
         self.rung.discard(w)
 
     def wait(self, workers: Collection[int], timeout: float | None,
-             sentinels: dict[int, list[int]]) -> list[int]:
+             deaths: dict[int, list[int]]) -> list[int]:
         """Returns when a step of ``workers`` finished, a worker died or ``timeout`` passed;
-        the dead workers (by ``sentinels``: a process's fd -> the workers it serves) are
-        returned, their steps unchecked.
+        the dead workers (by ``deaths``: a process's death fd, which polls readable once it
+        has exited, -> the workers it serves) are returned, their steps unchecked.
         The caller has just found none of ``workers`` ready (``_spin`` yields before it
         looks, ``_sleep`` looks again after announcing itself)."""
-        return self._wait(lambda: bool(self.ready(workers)), timeout, sentinels)
+        return self._wait(lambda: bool(self.ready(workers)), timeout, deaths)
 
-    def wait_all(self, timeout: float | None, sentinels: dict[int, list[int]]) -> list[int]:
+    def wait_all(self, timeout: float | None, deaths: dict[int, list[int]]) -> list[int]:
         """``wait`` for every worker's step of the last ``post_all``: returns when all are
         done, a worker died or ``timeout`` passed; the dead workers."""
-        return self._wait(self.all_done, timeout, sentinels)
+        return self._wait(self.all_done, timeout, deaths)
 
     def _wait(self, finished: Callable[[], bool], timeout: float | None,
-              sentinels: dict[int, list[int]]) -> list[int]:
+              deaths: dict[int, list[int]]) -> list[int]:
         if self.spin_s > 0 and timeout != 0 and self._spin(finished, timeout):
             return []
-        return self._sleep(finished, timeout, sentinels)
+        return self._sleep(finished, timeout, deaths)
 
     def _spin(self, finished: Callable[[], bool], timeout: float | None) -> bool:
         end = time.perf_counter() + (self.spin_s if timeout is None
@@ -464,10 +479,10 @@ class ParentSide:
         return False
 
     def _sleep(self, finished: Callable[[], bool], timeout: float | None,
-               sentinels: dict[int, list[int]]) -> list[int]:
+               deaths: dict[int, list[int]]) -> list[int]:
         poller = select.poll()
         poller.register(self.ring_fd, select.POLLIN)
-        for fd in sentinels:
+        for fd in deaths:  # plain fds (pidfds where the kernel has them): poll() watches them
             poller.register(fd, select.POLLIN)
         self.words[self.parent_sleeping] = 1
         fence()
@@ -479,7 +494,7 @@ class ParentSide:
         finally:
             self.words[self.parent_sleeping] = 0
         self._drain()
-        return [w for fd, _ in events if fd in sentinels for w in sentinels[fd]]
+        return [w for fd, _ in events if fd in deaths for w in deaths[fd]]
 
     def _drain(self) -> None:
         try:
@@ -535,17 +550,19 @@ class NativeParentSide(ParentSide):
         return len(self._c.ready(None)) == self._n
 
     def wait(self, workers: Collection[int], timeout: float | None,
-             sentinels: dict[int, list[int]]) -> list[int]:
-        return self._native_wait(workers, 1, timeout, sentinels)
+             deaths: dict[int, list[int]]) -> list[int]:
+        return self._native_wait(workers, 1, timeout, deaths)
 
-    def wait_all(self, timeout: float | None, sentinels: dict[int, list[int]]) -> list[int]:
-        return self._native_wait(None, self._n, timeout, sentinels)
+    def wait_all(self, timeout: float | None, deaths: dict[int, list[int]]) -> list[int]:
+        return self._native_wait(None, self._n, timeout, deaths)
 
     def _native_wait(self, workers: Collection[int] | None, need: int, timeout: float | None,
-                     sentinels: dict[int, list[int]]) -> list[int]:
+                     deaths: dict[int, list[int]]) -> list[int]:
+        """The C wait: the death fds (pidfds where the kernel has them) polled with the
+        doorbell, as the Python path polls them."""
         end = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-        fired: list[int] = self._c.wait(workers, need, end, list(sentinels))
-        return [w for fd in fired for w in sentinels[fd]]
+        fired: list[int] = self._c.wait(workers, need, end, list(deaths))
+        return [w for fd in fired for w in deaths[fd]]
 
 
 class NativeWaiter:

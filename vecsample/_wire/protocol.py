@@ -86,6 +86,8 @@ class WorkerStates:
     def __init__(self, num_workers: int) -> None:
         #: The states by worker, for reads on the hot path; change them only by ``transition``.
         self.current = [WorkerState.IDLE] * num_workers
+        #: Set by ``close_all``: a wait in another thread sees it and ends (ClosedError).
+        self.closed = False
 
     def __getitem__(self, w: int) -> WorkerState:
         return self.current[w]
@@ -108,14 +110,19 @@ class WorkerStates:
         self.current[w] = to
 
     def transition_all(self, to: WorkerState) -> None:
-        """Moves every worker to ``to``, checking each distinct state once."""
-        for now in set(self.current):
-            if to not in TRANSITIONS[now]:
-                raise errors.ProtocolError(worker=self.current.index(now), current=now.value,
+        """Moves every worker to ``to``, checking each distinct state once: when all are in one
+        state (every step), one C-level count and one check, nothing per worker (an enum
+        member's hash is a Python call, so no set of them here)."""
+        current, first = self.current, self.current[0]
+        states = [first] if current.count(first) == len(current) else list(WorkerState)
+        for now in states:
+            if to not in TRANSITIONS[now] and now in current:
+                raise errors.ProtocolError(worker=current.index(now), current=now.value,
                                            requested=to.value)
-        self.current[:] = [to] * len(self.current)
+        current[:] = [to] * len(current)
 
     def close_all(self) -> None:
+        self.closed = True
         for w in range(len(self.current)):
             self.transition(w, WorkerState.CLOSED)
 

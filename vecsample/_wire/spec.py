@@ -8,13 +8,21 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import cloudpickle
+from gymnasium import error as gym_error
 
 from vecsample._wire.shm import SharedBuffers
+from vecsample.errors import EnvNotRegisteredError, FactoryImportError
 from vecsample.types import AutoresetMode, EnvFn
 
 if TYPE_CHECKING:  # what the parent puts here; the worker's hosted block builds it
+    from gymnasium.envs.registration import EnvSpec
+
     from vecsample.hosted import HostedVector
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,51 @@ class EntryPoint:
 
 #: What every worker process runs: ``worker_main(specs, conns)``.
 WORKER_MAIN = EntryPoint("vecsample._worker.main", "worker_main")
+
+
+class Pickled(Generic[T]):
+    """A value for a spawn or forkserver worker (``context``), pickled by cloudpickle, so that
+    lambdas, closures and the main script's classes travel too, and unpickled by ``load()``,
+    inside the worker's build: a module the worker cannot import is then a FactoryImportError
+    naming it, which the worker reports like any build error, instead of an exception in
+    multiprocessing's start-up that kills the process with no word to the parent."""
+
+    def __init__(self, value: T, context: str, what: str = "an env factory") -> None:
+        self._value, self._loaded, self._pickled = value, True, b""
+        self.context, self.what = context, what
+
+    def __getstate__(self) -> tuple[bytes, str, str]:
+        return cloudpickle.dumps(self._value), self.context, self.what
+
+    def __setstate__(self, state: tuple[bytes, str, str]) -> None:
+        self._pickled, self.context, self.what = state
+        self._loaded = False
+
+    def load(self) -> T:
+        """The value, unpickled on first use."""
+        if not self._loaded:
+            try:
+                self._value = cloudpickle.loads(self._pickled)
+            except ImportError as exc:
+                raise FactoryImportError(module=exc.name, context=self.context,
+                                         error=f"{type(exc).__name__}: {exc}",
+                                         what=self.what) from exc
+            self._loaded = True
+        return self._value
+
+
+class PickledFactory(Pickled[EnvFn]):
+    """An env factory for a spawn or forkserver worker (``Pickled``). An env id it asks
+    gymnasium for and the worker lacks (registered under the parent's main guard, inside a
+    closure vecsample cannot see into) is an EnvNotRegisteredError saying why and what to do."""
+
+    def __call__(self) -> Any:
+        fn = self.load()
+        try:
+            return fn()
+        except gym_error.UnregisteredEnv as exc:
+            raise EnvNotRegisteredError(context=self.context,
+                                        error=f"{type(exc).__name__}: {exc}") from exc
 
 
 @dataclass
@@ -65,3 +118,6 @@ class WorkerSpec:
     hosted: HostedVector | None = None
     #: Whether the worker waits and replies through the handshake's C path (Layout.native).
     native: bool = False
+    #: Spawn and forkserver: the parent's gymnasium registrations of the env ids the factories
+    #: name, for those the worker does not have (registered under the main script's guard).
+    registrations: Pickled[tuple[EnvSpec, ...]] | None = None

@@ -15,7 +15,8 @@ other env (``hosted.check_not_ended``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import reprlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -70,6 +71,7 @@ class HostedBlock:
     def step(self, records: list[InfoRecord]) -> None:
         """One step of the whole block, with its batched actions straight from shared memory."""
         obs, rewards, terminated, truncated, infos = self.env.step(self.actions)
+        _check_infos(infos, "step")  # one check per batch, not per env
         self.after_step(obs, (rewards, terminated, truncated), infos, records)
 
     def _next_step(self, obs: Any, scalars: tuple[Any, Any, Any], infos: dict[str, Any],
@@ -138,6 +140,7 @@ class HostedBlock:
             options = {**(options or {}), "reset_mask": np.array(mask, dtype=bool)}
         seed: Any = block_seed(self.env, seeds)  # VectorEnv annotates only int seeds
         obs, infos = self.env.reset(seed=seed, options=options)
+        _check_infos(infos, "reset")
         v = self.views
         _put_obs(v.obs_leaves, obs, v)
         rows = np.ones(self.count, bool) if mask is None else np.asarray(mask, bool)
@@ -220,6 +223,15 @@ def _copy_exact(view: np.ndarray, value: Any, name: str, fix: str,
                              f"expected {view.shape}{fix}")
     where: Any = True if rows is None else rows.reshape(rows.shape + (1,) * (view.ndim - 1))
     np.copyto(view, arr, casting="unsafe", where=where)
+
+
+def _check_infos(infos: Any, call: str) -> None:
+    """The vector infos of a ``call`` ("step" or "reset") must be a dict (gymnasium's format)."""
+    if not isinstance(infos, Mapping):
+        raise EnvOutputError(
+            f"the hosted vector env's {call}() returned infos as a {type(infos).__name__} "
+            f"({reprlib.repr(infos)}), expected a dict (gymnasium's vector infos: each key's "
+            f"values for the batch, with its '_key' mask); return {{}} for none.")
 
 
 def _split(infos: dict[str, Any], count: int) -> dict[int, dict[str, Any]]:

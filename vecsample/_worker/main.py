@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import multiprocessing.forkserver
 import os
 import pickle
@@ -22,6 +23,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
 
 from vecsample._wire.handshake import (
     DOORBELL,
@@ -39,7 +43,7 @@ from vecsample._worker import rows
 from vecsample._worker.env_block import EnvBlock
 from vecsample._worker.hosted_block import HostedBlock
 from vecsample._worker.step_loop import Cursor, StepLoop
-from vecsample.errors import EnvFactoryError
+from vecsample.errors import EnvFactoryError, FactoryImportError
 from vecsample.types import AutoresetMode
 
 #: How often the watchdog thread checks that the parent is still alive (seconds).
@@ -237,6 +241,9 @@ class _Worker:
 
     def build(self) -> bool:
         try:
+            carried = self.spec.registrations
+            if carried is not None:  # spawn, forkserver: before the factories need them
+                _register_missing(carried.load(), carried.context)
             self.block.build()
         except BaseException:
             self._send_error("BUILD")
@@ -256,7 +263,7 @@ class _Worker:
             records = self._step()
             candidates: dict[str, Signature] = {}
             if records:
-                records, candidates, *written = self.infos.write(records)
+                records, candidates, *written = self._write_infos(records)
                 bits = (written[0], written[1])
             lane = (rows.lane(self.spec.buffers, self.spec.env_offset, self.count)
                     if self.obs_lane else None)
@@ -273,6 +280,19 @@ class _Worker:
         if message is not None:
             # Sent after the step is published: a large pickle may need the parent reading.
             self.conn.send_bytes(message)
+
+    def _write_infos(self, records: list[InfoRecord],
+                     ) -> tuple[list[InfoRecord], dict[str, Signature], int, int]:
+        """``InfoWriter.write``; an env whose info is not a dict (a list, say) is named with an
+        EnvOutputError, as any other output that does not fit (checked only on failure)."""
+        try:
+            return self.infos.write(records)
+        except (AttributeError, TypeError):
+            found = rows.first_bad_info(records)
+            if found is None:
+                raise
+            self.cursor.env, error = found
+            raise error from None
 
     def _run(self, command: Command, handler: Callable[[Any], Any], payload: Any) -> None:
         try:
@@ -329,6 +349,26 @@ def _dumps_step(records: list[InfoRecord] | None, lane: Lane | None,
     except Exception as exc:
         what = "infos" if lane is None else "infos or observations"
         raise TypeError(f"the step's {what} cannot be pickled to the parent: {exc}") from exc
+
+
+def _register_missing(specs: Sequence[EnvSpec], context: str) -> None:
+    """Registers the parent's registrations (``specs``) of the env ids this process lacks:
+    those made under the main script's guard, which a spawn or forkserver worker does not run.
+    The modules of string entry points are imported first, as ``gymnasium.make`` would: one may
+    register the id itself, which is then left as it is (no registration is overridden)."""
+    for spec in specs:
+        for point in (spec.entry_point, spec.vector_entry_point):
+            if spec.id in gym.registry or not (isinstance(point, str) and ":" in point):
+                continue
+            module = point.split(":")[0]
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise FactoryImportError(module=exc.name or module, context=context,
+                                         error=f"{type(exc).__name__}: {exc}",
+                                         what=f"the registration of {spec.id!r}") from exc
+        if spec.id not in gym.registry:
+            gym.registry[spec.id] = spec
 
 
 def _receive_actions(conn: Connection, spec: WorkerSpec) -> None:

@@ -4,11 +4,12 @@ the pickled lane, and the errors for env outputs that do not fit their rows."""
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from vecsample._wire.infos import InfoRecord
 from vecsample._wire.shm import Lane, SharedBuffers
 from vecsample._wire.spaces import Leaf, flatten
 from vecsample._worker.step_loop import Cursor
@@ -129,3 +130,17 @@ def first_non_scalar(rewards: list[Any], terminated: list[Any], truncated: list[
             if np.ndim(values[j]) != 0:
                 return j, _scalar_error(name, values[j])
     return 0, EnvOutputError("a step's reward or flags could not be stored as scalars")
+
+
+def first_bad_info(records: list[InfoRecord]) -> tuple[int, EnvOutputError] | None:
+    """The first env (and its error) whose info, or the info of its autoreset's reset, is not
+    a dict; None if every one is (the caller's error was something else)."""
+    for j, info, reset_info in records:
+        for field, value in (("info (the fifth value of step())", info),
+                             ("reset info (of reset(), called by the autoreset)", reset_info)):
+            if value and not isinstance(value, Mapping):
+                return j, EnvOutputError(
+                    f"{field} is a {type(value).__name__} ({reprlib.repr(value)}), expected a "
+                    f"dict; return a dict of the step's information from step() and reset(), "
+                    f"{{}} for none (gymnasium's API).")
+    return None

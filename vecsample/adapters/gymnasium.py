@@ -14,7 +14,7 @@ import numbers
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -353,6 +353,12 @@ class VectorEnv(gym.vector.VectorEnv):
             self._pending = None
         if hasattr(self, "_sampler"):
             self._sampler.close(0.0 if terminate else 5.0 if timeout is None else timeout)
+
+    def __reduce__(self) -> NoReturn:
+        raise errors.SamplerPicklingError(
+            what="vecsample.VectorEnv", fix="Pass what builds one instead, its env factories "
+            "(env.env_fns) and its options (env.sampler.options), and build it where it runs: "
+            "VectorEnv(env_fns, options=options)")
 
     def __repr__(self) -> str:
         return f"vecsample.VectorEnv({self.num_envs} envs, {self._sampler!r})"
