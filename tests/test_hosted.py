@@ -567,3 +567,20 @@ def test_the_renamed_keywords_keep_their_old_names_for_a_release(monkeypatch):
     assert built[0] == built[1] == HostedVector("CartPole-v1", "sync", num_envs=4)
     with pytest.raises(errors.ConfigError, match="pass vectorization_mode= only"):
         vecsample.make_vec("CartPole-v1", 4, vectorization="sync", vectorization_mode="sync")
+
+
+@pytest.mark.parametrize("mode", ["SameStep", "NextStep", "Disabled"])
+def test_the_samplers_autoreset_mode_is_given_to_a_hosted_env_once(make_sampler, mode):
+    """``VecSampler(HostedVector(batch id), autoreset_mode=m)`` builds the batch env in ``m``:
+    the mode is written once (it was needed in env_kwargs too, else AutoresetMismatchError)."""
+    pytest.importorskip("mujoco")
+    s = make_sampler(HostedVector("HalfCheetahBatch-v5"), num_envs=4, num_workers=2,
+                     autoreset_mode=mode)
+    assert s.call("metadata")[0]["autoreset_mode"].value == mode
+    named = HostedVector("HalfCheetahBatch-v5", env_kwargs={"autoreset_mode": "NextStep"})
+    if mode != "NextStep":  # a mode named in env_kwargs is the user's: checked, not replaced
+        with pytest.raises(errors.AutoresetMismatchError):
+            VecSampler(named, num_envs=4, num_workers=2, autoreset_mode=mode)
+    with pytest.raises(errors.AutoresetMismatchError):  # CartPole's entry point takes no mode
+        VecSampler(HostedVector("CartPole-v1"), num_envs=4, num_workers=2,
+                   autoreset_mode="SameStep")

@@ -37,8 +37,12 @@ observation and ``terminated`` / ``truncated`` kept, reward 0, no infos). Any ot
 all its rows, so a block with an ended env is refused (``HostedEnvError``) before its step is
 posted, until that env is reset.
 
-What else a hosted env cannot honour is refused with a ``HostedEnvError``: an autoreset mode
-other than the env's own (``AutoresetMismatchError``) and pickled (variable-shape) spaces, at
+The sampler's autoreset mode is given once: a registered id whose vector entry point takes an
+``autoreset_mode`` keyword (the batch-native MuJoCo envs) is built in it, unless ``env_kwargs``
+names one; ``"sync"`` builds its ``SyncVectorEnv`` in it. What else a hosted env cannot honour
+is refused with a ``HostedEnvError``: an autoreset mode other than the env's own
+(``AutoresetMismatchError``: an entry point with no such keyword, such as CartPole's, runs in
+gymnasium's NextStep only) and pickled (variable-shape) spaces, at
 construction; ``reset(mask=...)`` of part of a block, in the worker, unless the env can reset
 part of its batch (``SyncVectorEnv``, or ``supports_reset_mask = True``).
 """
@@ -55,6 +59,7 @@ from typing import Any
 import cloudpickle
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import load_env_creator
 
 from vecsample._wire.protocol import Command
 from vecsample._wire.spaces import leaves
@@ -164,6 +169,8 @@ class HostedVector:
         extra: dict[str, Any] = {}
         if self.vectorization_mode == "sync":
             extra["vector_kwargs"] = {"autoreset_mode": gym.vector.AutoresetMode(mode.value)}
+        elif "autoreset_mode" not in self.env_kwargs and _takes_autoreset_mode(self.make):
+            extra["autoreset_mode"] = mode.value  # the sampler's mode, given once (issue 34)
         return gym.make_vec(self.make, num_envs=num_envs,
                             vectorization_mode=self.vectorization_mode, **extra, **self.env_kwargs)
 
@@ -331,6 +338,19 @@ def _method(env: gym.vector.VectorEnv, name: str) -> Callable[..., Any] | None:
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def _takes_autoreset_mode(env_id: str) -> bool:
+    """Whether ``env_id``'s vector entry point takes an ``autoreset_mode`` keyword (the
+    batch-native envs do; gymnasium's CartPole vector env does not, and stays NextStep)."""
+    entry = gym.spec(env_id).vector_entry_point
+    if entry is None:
+        return False
+    maker = load_env_creator(entry) if isinstance(entry, str) else entry
+    try:
+        return "autoreset_mode" in inspect.signature(maker).parameters
+    except (TypeError, ValueError):  # no signature to read (a C callable): leave it unset
+        return False
 
 
 def _env_mode(env: gym.vector.VectorEnv) -> Any:
