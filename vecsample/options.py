@@ -28,7 +28,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from vecsample.errors import ConfigError
-from vecsample.seeding import check_seed
 from vecsample.types import AutoresetMode
 
 PathArg = str | os.PathLike[str]
@@ -267,6 +266,15 @@ def check_context(requested: object, name: str = "context") -> str:
     return str(requested)
 
 
+def check_seed(seed: object, name: str = "seed") -> int:
+    """Returns ``seed`` as an int, or raises ConfigError saying what a seed must be (the same
+    words wherever a seed is given: Options, reset, RaySampler)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
+        raise ConfigError(name=name, expected="None or an int >= 0", got=seed,
+                          fix="pass a non-negative int, or None for unseeded envs")
+    return int(seed)
+
+
 def check_int(value: Any, name: str, minimum: int = 1, fix: str = "") -> int:
     """``value`` as an int ``>= minimum``; a bool, a float or a smaller int is a ConfigError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
@@ -394,4 +402,4 @@ DEFAULTS = Options()
 
 __all__ = ["AUTO", "AUTO_SPIN_US", "DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "MAX_SPIN_US",
            "STARTUP_DEADLINE", "Options", "adapted", "check_context", "check_int", "check_mode",
-           "check_options", "check_seconds", "usable_cores"]
+           "check_options", "check_seconds", "check_seed", "usable_cores"]

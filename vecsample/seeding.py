@@ -17,19 +17,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from vecsample.errors import ConfigError
+from vecsample.options import check_seed
 
 SeedArg = int | Sequence[int | None] | None
 #: The integer types a derived seed can be drawn as.
 SeedDtype = type[np.uint32] | type[np.uint64]
-
-
-def check_seed(seed: object, name: str = "seed") -> int:
-    """Returns ``seed`` as an int, or raises ConfigError saying what a seed must be (the same
-    words wherever a seed is given: Options, reset, RaySampler)."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
-        raise ConfigError(name=name, expected="None or an int >= 0", got=seed,
-                          fix="pass a non-negative int, or None for unseeded envs")
-    return int(seed)
 
 
 def child_seed(seed: int, index: int, dtype: SeedDtype = np.uint64) -> int:

@@ -35,11 +35,18 @@ from ray.exceptions import RayActorError
 
 from vecsample import errors
 from vecsample.factories import env_factories
-from vecsample.options import DEFAULT_DEADLINE, Options, adapted, check_int, check_seconds
+from vecsample.options import (
+    DEFAULT_DEADLINE,
+    Options,
+    adapted,
+    check_int,
+    check_seconds,
+    check_seed,
+)
 from vecsample.ray.actor import ActorInfo, ActorSpec, Chunk, Policy, WeightsSpec, remote_actor_class
 from vecsample.ray.errors import RayShutdownError, WeightsError
 from vecsample.ray.fleet import Fleet, LostChunk, Slot
-from vecsample.seeding import check_seed, child_seeds
+from vecsample.seeding import child_seeds
 from vecsample.types import AutoresetMode, EnvFn
 
 __all__ = ["RaySampler"]
