@@ -19,6 +19,7 @@ import pytest
 
 from vecsample import VecSampler, errors
 from vecsample._parent import startup
+from vecsample._parent.stepping import StepChannel
 from vecsample._wire import handshake
 from vecsample.testing import CountingEnv, SlowEnv, fns
 
@@ -65,14 +66,18 @@ def test_both_paths_return_the_same_data(make_sampler):
 
 
 def _python_calls(step: Callable[[], object]) -> int:
-    """The Python function calls ``step`` makes, those of the handshake's own waits left out
-    (their number follows how often the parent was woken, not how many workers there are)."""
+    """The Python function calls ``step`` makes, the wait for the workers left out (its calls
+    follow how often the parent was woken, not how many workers there are): everything inside
+    ``StepChannel._wait_batch``, and the handshake's own wait functions."""
     waits = str(Path(handshake.__file__).resolve())
-    calls = 0
+    wait_batch = StepChannel._wait_batch.__code__
+    calls, inside = 0, 0
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        if event == "call" and frame.f_code.co_filename != waits:
+        nonlocal calls, inside
+        if frame.f_code is wait_batch:
+            inside += 1 if event == "call" else -1 if event == "return" else 0
+        elif event == "call" and not inside and frame.f_code.co_filename != waits:
             calls += 1
 
     sys.setprofile(profile)
