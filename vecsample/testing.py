@@ -30,9 +30,13 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
-from vecsample import AutoresetMode, EnvMaker, HostedVector, StepResult, VecSampler, errors
-from vecsample.hosted import block_seed
+from vecsample import errors
+from vecsample.factories import EnvMaker
+from vecsample.hosted import HostedVector, block_seed
+from vecsample.results import StepResult
+from vecsample.sampler import VecSampler
 from vecsample.seeding import env_seeds, restart_seed
+from vecsample.types import AutoresetMode
 
 
 def fns(cls: Callable[..., gym.Env[Any, Any]], n: int, **kwargs: Any) -> list[Callable[[], Any]]:
