@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 import ray
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
+from ray_support import no_leaked_vecsample_workers
 
 from vecsample import Options, errors
 from vecsample.ray import Chunk, RaySampler
@@ -53,26 +53,8 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(autouse=True)
 def no_leaked_workers() -> Iterator[None]:
-    """Replaces conftest's check, which would flag Ray's own processes: here, no vecsample
-    worker (a multiprocessing child below an actor) may outlive the test's sampler."""
-    yield
-    end = time.monotonic() + 15.0  # ray.kill is asynchronous; the workers follow their actor
-    while (leaked := _vecsample_workers()) and time.monotonic() < end:
-        time.sleep(0.2)
-    assert not leaked, f"processes left behind: {[(p.pid, p.cmdline()) for p in leaked]}"
-
-
-def _vecsample_workers() -> list[psutil.Process]:
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            mine = proc.ppid() == os.getpid()  # our own forkserver from other tests is fine
-            if not mine and proc.status() != psutil.STATUS_ZOMBIE and \
-                    "multiprocessing" in " ".join(proc.cmdline()):
-                found.append(proc)
-        except psutil.NoSuchProcess:
-            continue
-    return found
+    """Replaces conftest's check, which would flag Ray's own processes (ray_support.py)."""
+    yield from no_leaked_vecsample_workers()
 
 
 @pytest.fixture
