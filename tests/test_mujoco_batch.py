@@ -22,9 +22,11 @@ from helpers import kill_and_wait
 
 import vecsample.envs  # registers the batch ids
 from vecsample import HostedVector, VecSampler
+from vecsample.envs.mujoco_batch import ENVS, batch_id_for
 from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
     RefusedKeywordError,
+    SeedCountError,
     TaskCountError,
     UnknownKeywordError,
 )
@@ -190,6 +192,36 @@ def test_rendering_is_refused_with_the_way_to_render():
     with pytest.raises(RefusedKeywordError, match=r"render_mode='rgb_array'.*gymnasium\.make"):
         gym.make_vec("HalfCheetahBatch-v5", 2, render_mode="rgb_array")
     gym.make_vec("HalfCheetahBatch-v5", 2, render_mode=None).close()
+
+
+def test_each_batch_id_has_the_time_limit_of_the_registration_it_equals():
+    for spec in ENVS:
+        expected = gym.spec(spec.gym_id).max_episode_steps
+        assert spec.max_episode_steps == expected, spec.batch_id
+        assert gym.spec(spec.batch_id).max_episode_steps == expected, spec.batch_id
+
+
+def test_batch_id_for_names_the_batch_id_only_where_every_keyword_is_taken():
+    own = {"max_episode_steps": 5, "num_threads": 1, "autoreset_mode": "NextStep",
+           "render_mode": None}
+    assert batch_id_for("Hopper-v5", {}) == "HopperBatch-v5"
+    assert batch_id_for("Hopper-v5", {"healthy_reward": 2.0, **own}) == "HopperBatch-v5"
+    assert batch_id_for("Hopper-v5", {"render_mode": "rgb_array"}) is None
+    assert batch_id_for("Ant-v5", {"use_contact_forces": True}) is None
+    assert batch_id_for("HalfCheetahVel-v5", {"ctrl_cost_weight": 0.5}) is None
+    assert batch_id_for("HalfCheetahVel-v5", {"normalization_scale": 2.0}) == (
+        "HalfCheetahVelBatch-v5")
+    assert batch_id_for("CartPole-v1", {}) is None
+
+
+def test_a_wrong_number_of_seeds_is_refused_with_the_counts_and_the_fix():
+    env = gym.make_vec("HopperBatch-v5", 3)
+    try:
+        with pytest.raises(SeedCountError, match=r"one seed per env \(3\), got 2; pass an int, "
+                           r"None or a list of 3 seeds"):
+            env.reset(seed=[1, 2])
+    finally:
+        env.close()
 
 
 def test_actions_of_the_wrong_shape_are_refused():

@@ -33,14 +33,13 @@ from typing import Any, Protocol, cast
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.envs.registration import load_env_creator
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
 from vecsample import errors
 from vecsample.config import DEFAULT_CONTEXT, DEFAULT_DEADLINE, check_int
 from vecsample.envs.base import Task, TaskEnv
-from vecsample.envs.mujoco_batch import BATCH_IDS
+from vecsample.envs.mujoco_batch import batch_id_for
 from vecsample.hosted import HostedVector
 from vecsample.maml.episodes import BatchEpisodes
 from vecsample.maml.errors import TaskEnvError
@@ -631,13 +630,7 @@ def _batch_form(env_name: str, env_kwargs: dict[str, Any]) -> str | None:
     """``env_name``'s batch-native id, if it has one that takes every keyword of
     ``env_kwargs`` (the batch task envs refuse the v5 reward keywords that their single envs
     take and ignore); else None."""
-    batch_id = BATCH_IDS.get(env_name)
-    if batch_id is None:
-        return None
-    entry = gym.spec(batch_id).vector_entry_point
-    env_class = load_env_creator(entry) if isinstance(entry, str) else entry
-    accepted = {*getattr(env_class, "DEFAULTS", {}), "max_episode_steps", "num_threads"}
-    return batch_id if set(env_kwargs) <= accepted else None
+    return batch_id_for(env_name, env_kwargs)
 
 
 #: The options this sampler sets itself: (value, why).

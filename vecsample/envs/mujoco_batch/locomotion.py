@@ -13,11 +13,10 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from vecsample.envs.mujoco_batch.arrays import Array, Bools
 from vecsample.envs.mujoco_batch.infos import Columns
 from vecsample.envs.mujoco_batch.physics import Field
-from vecsample.envs.mujoco_batch.vector import Array, BatchMujocoEnv
-
-Bools = NDArray[np.bool_]
+from vecsample.envs.mujoco_batch.vector import BatchMujocoEnv
 
 
 def control_cost(weight: float, actions: NDArray[Any]) -> NDArray[Any]:

@@ -35,13 +35,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from vecsample.envs.mujoco_batch.arrays import Array
 from vecsample.extras import require
 
 mujoco = require("mujoco", feature="the batch-native MuJoCo envs (HalfCheetahBatch-v5, ...)")
 # ruff: noqa: E402
 from mujoco import rollout as mj_rollout
 
-Array = NDArray[np.float64]
 FULLPHYSICS = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
 CTRL = mujoco.mjtState.mjSTATE_CTRL.value
 

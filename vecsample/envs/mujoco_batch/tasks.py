@@ -30,12 +30,11 @@ from vecsample.envs.mujoco import (
     ANT_SURVIVE_REWARD,
     CHEETAH_CTRL_COST,
 )
+from vecsample.envs.mujoco_batch.arrays import Array, Bools
 from vecsample.envs.mujoco_batch.errors import TaskCountError
 from vecsample.envs.mujoco_batch.infos import Columns
 from vecsample.envs.mujoco_batch.physics import Field
-from vecsample.envs.mujoco_batch.vector import Array, BatchMujocoEnv
-
-Bools = NDArray[np.bool_]
+from vecsample.envs.mujoco_batch.vector import BatchMujocoEnv
 
 
 class _TaskBatchEnv(BatchMujocoEnv):

@@ -19,7 +19,7 @@ what gymnasium's gives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -27,9 +27,11 @@ import numpy as np
 from gymnasium.utils import seeding
 from numpy.typing import NDArray
 
+from vecsample.envs.mujoco_batch.arrays import Array, Bools
 from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
     RefusedKeywordError,
+    SeedCountError,
     UnknownKeywordError,
 )
 from vecsample.envs.mujoco_batch.infos import Columns, add_final, add_rows
@@ -37,13 +39,14 @@ from vecsample.envs.mujoco_batch.physics import Field, Physics
 from vecsample.errors import ResetMaskError
 
 AutoresetMode = gym.vector.AutoresetMode
-Array = NDArray[np.float64]
-Step = tuple[NDArray[Any], Array, NDArray[np.bool_], NDArray[np.bool_], dict[str, Any]]
+Step = tuple[NDArray[Any], Array, Bools, Bools, dict[str, Any]]
 
 #: ``MujocoEnv``'s rendering keywords: only their defaults are accepted, a batch env does not
 #: render (render the same state with ``gymnasium.make(id, render_mode=...)``).
 RENDERING = ("render_mode", "width", "height", "camera_id", "camera_name",
              "default_camera_config", "max_geom", "visual_options")
+#: The keywords of every batch env beside its v5 env's own (``DEFAULTS``).
+OWN_KEYWORDS = ("max_episode_steps", "autoreset_mode", "num_threads")
 
 
 class BatchMujocoEnv(gym.vector.VectorEnv):
@@ -93,6 +96,13 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
         self._ended = np.zeros(num_envs, dtype=np.bool_)  # ended at the last step
 
+    @classmethod
+    def takes(cls, kwargs: Mapping[str, Any]) -> bool:
+        """Whether the constructor takes every keyword of ``kwargs``: the v5 env's own
+        (``DEFAULTS``), ``OWN_KEYWORDS`` and ``render_mode=None``."""
+        return all(key in cls.DEFAULTS or key in OWN_KEYWORDS
+                   or (key == "render_mode" and value is None) for key, value in kwargs.items())
+
     # --- what a subclass defines -----------------------------------------------------------------
 
     def _fields(self) -> list[Field]:
@@ -108,7 +118,7 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         raise NotImplementedError
 
     def _evaluate(self, actions: NDArray[Any], before: Any) -> tuple[
-            NDArray[Any], NDArray[np.bool_], Columns]:
+            NDArray[Any], Bools, Columns]:
         """Every env's reward, termination and step info columns, after the physics step
         (``actions``: the controls that ``_controls`` gave)."""
         raise NotImplementedError
@@ -155,8 +165,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         self._ended = terminated | truncated
         return self._same_step(rewards, terminated, truncated, columns)
 
-    def _disabled(self, frozen: NDArray[np.bool_], rewards: Array,
-                  terminated: NDArray[np.bool_], truncated: NDArray[np.bool_],
+    def _disabled(self, frozen: Bools, rewards: Array,
+                  terminated: Bools, truncated: Bools,
                   columns: Columns) -> Step:
         """Disabled: the envs that ended before this step are frozen: reward 0, no infos.
         Their state and step count did not move, so their observation, termination and
@@ -165,8 +175,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         self._ended = terminated | truncated
         return self._observe(), rewards, terminated, truncated, add_rows({}, columns, ~frozen)
 
-    def _same_step(self, rewards: Array, terminated: NDArray[np.bool_],
-                   truncated: NDArray[np.bool_], columns: Columns) -> Step:
+    def _same_step(self, rewards: Array, terminated: Bools,
+                   truncated: Bools, columns: Columns) -> Step:
         """SameStep: ended envs are reset now; their last observation and step info go to
         ``final_obs`` and ``final_info``, their reset info to the infos."""
         ended = self._ended.copy()  # the reset below clears self._ended
@@ -177,8 +187,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             add_rows(infos, self._reset_info(), ended)
         return self._observe(), rewards, terminated, truncated, infos
 
-    def _next_step(self, resetting: NDArray[np.bool_], rewards: Array,
-                   terminated: NDArray[np.bool_], truncated: NDArray[np.bool_],
+    def _next_step(self, resetting: Bools, rewards: Array,
+                   terminated: Bools, truncated: Bools,
                    columns: Columns) -> Step:
         """NextStep: the envs that ended at the last step are reset instead of stepped; their
         reward is 0, their flags False and their infos the reset's."""
@@ -234,11 +244,11 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             return [int(seed) + i for i in range(self.num_envs)]
         seeds = list(seed)
         if len(seeds) != self.num_envs:
-            raise ValueError(f"reset(seed=...) expected {self.num_envs} seeds (one per env), "
-                             f"got {len(seeds)}; pass an int, None or one seed per env.")
+            raise SeedCountError(env=type(self).__name__, expected=self.num_envs,
+                                 got=len(seeds))
         return seeds
 
-    def _reset_mask(self, options: dict[str, Any] | None) -> NDArray[np.bool_]:
+    def _reset_mask(self, options: dict[str, Any] | None) -> Bools:
         mask = (options or {}).get("reset_mask")
         if mask is None:
             return np.ones(self.num_envs, dtype=np.bool_)
@@ -276,7 +286,7 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             rng = self._generators[i] = seeding.np_random()[0]
         return rng
 
-    def _truncated(self) -> NDArray[np.bool_]:
+    def _truncated(self) -> Bools:
         if self.max_episode_steps is None:
             return np.zeros(self.num_envs, dtype=np.bool_)
         return self._elapsed >= self.max_episode_steps
