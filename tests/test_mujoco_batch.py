@@ -10,6 +10,7 @@ the envs that can fall (Hopper, Walker2d, Ant, Humanoid) terminate too.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -463,3 +464,19 @@ def test_the_default_thread_count_is_the_cores_owned_capped_by_omp_num_threads(m
         assert np.isfinite(env.step(np.zeros((4, 6), dtype=np.float32))[0]).all()
     finally:
         env.close()
+
+
+# --- experiments/mujoco_floor.py on a tiny budget ------------------------------------------------
+
+
+def test_the_floor_script_steps_the_same_physics_in_its_three_loops(tmp_path):
+    out = tmp_path / "floor.json"
+    proc = helpers.run_script("mujoco_floor", "--envs", "Hopper-v5", "--num-envs", "3",
+                              "--env-steps", "90", "--rounds", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["env"] == "Hopper-v5" and row["same"] is True and row["batch_steps"] == 30
+    for loop in ("floor", "batch", "gym"):
+        assert len(row[f"{loop}_us_rounds"]) == 2 and row[f"{loop}_us"] > 0
+    assert row["x_floor"] == row["floor_us"] / row["batch_us"]
+    assert "Hopper-v5" in proc.stdout and "× floor" in proc.stdout
