@@ -7,6 +7,9 @@ one process, on one core, three loops step the same envs with the same seeds and
   one after the other, the physics of its episodes in the gymnasium loop below
   (``data.ctrl[:] = action; mujoco.mj_step(model, data, frame_skip)``), its resets untimed:
   the physics gymnasium computed, with one Python call per step and nothing else.
+* ``rr``: the same physics, round-robin: at each step every env's ``MjData`` in turn, as a batch
+  env steps them (its resets, untimed, subtracted). ``rr`` against ``floor`` is what stepping
+  many ``MjData`` instead of one costs the physics itself (each is colder in the caches).
 * ``batch``: the batch env with ``num_threads=1``, as ``gymnasium.make_vec`` builds it (SameStep,
   infos on, the registered time limit).
 * ``gym``: ``gymnasium.make(id)`` envs stepped round-robin in a plain loop, each reset at its
@@ -14,10 +17,11 @@ one process, on one core, three loops step the same envs with the same seeds and
 
 The batch env equals gymnasium's envs bit for bit, so ``batch`` and ``gym`` step the same
 physics (the script checks that their last observations are equal: ``same``), and ``floor``
-replays it. Each round runs the three in turn (the order rotated), each from the same seeded
-reset; the medians over the rounds give µs per env step. ``× floor`` = floor time / batch time
-(1.0: the batch env costs nothing beside its physics); ``× gym`` = gym time / batch time, the
-batch env's speed per core over gymnasium's.
+and ``rr`` replay it. Each round runs the four in turn (the order rotated), each from the same
+seeded reset; the medians over the rounds give µs per env step. ``× floor`` = floor time /
+batch time (1.0: the batch env costs nothing beside its physics); ``× rr`` = rr time / batch
+time (what the batch env costs beside the physics of its many ``MjData``); ``× gym`` = gym time
+/ batch time, the batch env's speed per core over gymnasium's.
 
 Run: ``python experiments/mujoco_floor.py --rounds 5 --json docs/results/mujoco_floor.json``
 """
@@ -42,7 +46,7 @@ import vecsample.envs  # registers the batch ids
 from vecsample.envs.mujoco_batch import ENVS
 from vecsample.tools.bench import meta
 
-LOOPS = ("floor", "batch", "gym")
+LOOPS = ("floor", "rr", "batch", "gym")
 
 
 @dataclass
@@ -92,6 +96,28 @@ def floor_loop(envs: list[Any], actions: np.ndarray, seed: int, ends: list[list[
     return total
 
 
+def round_robin_loop(envs: list[Any], actions: np.ndarray, seed: int, ends: list[list[int]],
+                     clock: Callable[[], float]) -> float:
+    """Seconds of ``frame_skip`` × ``mj_step`` over the same episodes, every env's ``MjData``
+    in turn at each step (the resets' time subtracted)."""
+    steppers = []
+    for i, env in enumerate(envs):
+        env.reset(seed=seed + i)
+        model, data = env.unwrapped.model, env.unwrapped.data
+        steppers.append((model, data, data.ctrl, env.unwrapped.frame_skip, set(ends[i]), env))
+    resets = 0.0
+    begin = clock()
+    for t, row in enumerate(actions):
+        for action, (model, data, ctrl, skip, episode_ends, env) in zip(row, steppers, strict=True):
+            ctrl[:] = action
+            mujoco.mj_step(model, data, skip)
+            if t in episode_ends:
+                start = clock()
+                env.reset()
+                resets += clock() - start
+    return clock() - begin - resets
+
+
 def gym_loop(envs: list[Any], actions: np.ndarray, seed: int,
              clock: Callable[[], float]) -> tuple[float, np.ndarray, list[list[int]]]:
     """Seconds of gymnasium's envs stepped round-robin, their last observations and the steps
@@ -133,14 +159,15 @@ def rounds(gym_id: str, num_envs: int, args: Args) -> dict[str, Any]:
     same = True
     try:
         for r in range(args.rounds):
-            for name in LOOPS[r % 3:] + LOOPS[:r % 3]:  # rotated: none always runs first
+            for name in LOOPS[r % 4:] + LOOPS[:r % 4]:  # rotated: none always runs first
                 if name == "batch":
                     seconds, batch_obs = batch_loop(batch, actions, args.seed, clock)
                 elif name == "gym":
                     seconds, gym_obs, ends = gym_loop(singles, actions, args.seed, clock)
-                else:  # the floor replays the gym loop's episodes: the first round runs it first
+                else:  # the floors replay the gym loop's episodes: the first round runs it first
                     ends = ends if r else gym_loop(singles, actions, args.seed, clock)[2]
-                    seconds = floor_loop(singles, actions, args.seed, ends, clock)
+                    replay = floor_loop if name == "floor" else round_robin_loop
+                    seconds = replay(singles, actions, args.seed, ends, clock)
                 times[name].append(1e6 * seconds / (steps * num_envs))
             same &= bool(np.array_equal(batch_obs, gym_obs))
     finally:
@@ -157,19 +184,20 @@ def summary(gym_id: str, num_envs: int, steps: int, times: dict[str, list[float]
     return {"env": gym_id, "num_envs": num_envs, "batch_steps": steps, "same": same,
             **{f"{name}_us": med[name] for name in LOOPS},
             **{f"{name}_us_rounds": times[name] for name in LOOPS},
-            "x_floor": med["floor"] / med["batch"], "x_gym": med["gym"] / med["batch"],
+            "x_floor": med["floor"] / med["batch"], "x_rr": med["rr"] / med["batch"],
+            "x_gym": med["gym"] / med["batch"],
             "loadavg": list(os.getloadavg())}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a plain-text table."""
-    head = (f"{'env':<27}{'envs':>5}{'floor µs':>10}{'batch µs':>10}{'gym µs':>10}"
-            f"{'× floor':>9}{'× gym':>8}{'same':>6}{'load':>6}")
+    head = (f"{'env':<27}{'envs':>5}{'floor µs':>10}{'rr µs':>8}{'batch µs':>10}{'gym µs':>10}"
+            f"{'× floor':>9}{'× rr':>7}{'× gym':>8}{'same':>6}{'load':>6}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['env']:<27}{r['num_envs']:>5}{r['floor_us']:>10.2f}"
+        lines.append(f"{r['env']:<27}{r['num_envs']:>5}{r['floor_us']:>10.2f}{r['rr_us']:>8.2f}"
                      f"{r['batch_us']:>10.2f}{r['gym_us']:>10.2f}{r['x_floor']:>9.3f}"
-                     f"{r['x_gym']:>8.2f}{'yes' if r['same'] else 'NO':>6}"
+                     f"{r['x_rr']:>7.3f}{r['x_gym']:>8.2f}{'yes' if r['same'] else 'NO':>6}"
                      f"{r['loadavg'][0]:>6.1f}")
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ the envs that can fall (Hopper, Walker2d, Ant, Humanoid) terminate too.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -78,6 +79,7 @@ def step_side_by_side(ours: gym.vector.VectorEnv, theirs: gym.vector.VectorEnv, 
     space = theirs.action_space
     space.seed(seed)
     ends = 0
+    kept: Any = None  # a step's result, and a copy: later steps must not change what it holds
     for t in range(steps):
         if t == steps // 2:
             seeds = [seed * 100 + i for i in range(ours.num_envs)]
@@ -85,6 +87,9 @@ def step_side_by_side(ours: gym.vector.VectorEnv, theirs: gym.vector.VectorEnv, 
         action = space.sample()
         got, expected = ours.step(action), theirs.step(action)
         assert_same(got, expected, f"step {t}")
+        if kept is not None:
+            assert_same(kept[0], kept[1], f"step {t - 1}, kept")
+        kept = (got, copy.deepcopy(got))
         ends += int(np.sum(expected[2] | expected[3]))
     return ends
 
@@ -459,7 +464,7 @@ def test_the_default_thread_count_is_the_cores_owned_capped_by_omp_num_threads(m
     assert default_threads() == 1
     env = gym.make_vec("HalfCheetahBatch-v5", 4, num_threads=2)
     try:
-        assert env.unwrapped.physics._threads == 2  # type: ignore[attr-defined]
+        assert env.unwrapped.physics.threads == 2  # type: ignore[attr-defined]
         env.reset(seed=0)
         assert np.isfinite(env.step(np.zeros((4, 6), dtype=np.float32))[0]).all()
     finally:
@@ -476,7 +481,7 @@ def test_the_floor_script_steps_the_same_physics_in_its_three_loops(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(out.read_text())["rows"]
     assert row["env"] == "Hopper-v5" and row["same"] is True and row["batch_steps"] == 30
-    for loop in ("floor", "batch", "gym"):
+    for loop in ("floor", "rr", "batch", "gym"):
         assert len(row[f"{loop}_us_rounds"]) == 2 and row[f"{loop}_us"] > 0
     assert row["x_floor"] == row["floor_us"] / row["batch_us"]
     assert "Hopper-v5" in proc.stdout and "× floor" in proc.stdout

@@ -6,6 +6,10 @@ becomes a nested dict of the same form. Here a batch env holds its infos as *col
 of ``num_envs`` rows per key (or a nested dict of them), and ``add_rows`` adds the rows of a mask
 in one go, with the result ``_add_info`` would give env by env: the same keys, dtypes, values
 and masks. A key appears only once some env has it.
+
+Each column is a fresh array of the step that computed it (never a view of an env's state), so
+that ``every_row``, the common case of a step in which no env ended, hands the columns over as
+the infos themselves instead of copying them row by row.
 """
 
 from __future__ import annotations
@@ -38,6 +42,17 @@ def add_rows(infos: dict[str, Any], columns: Columns, rows: NDArray[np.bool_]) -
             mask = np.zeros(rows.shape, dtype=np.bool_)
         mask[rows] = True
         infos[f"_{key}"] = mask
+    return infos
+
+
+def every_row(columns: Columns, num_envs: int) -> dict[str, Any]:
+    """What ``add_rows({}, columns, rows)`` gives when ``rows`` holds every env: the columns
+    themselves, which the infos now own, with all-True masks."""
+    every = np.ones(num_envs, dtype=np.bool_)
+    infos: dict[str, Any] = {}
+    for key, column in columns.items():
+        infos[key] = every_row(column, num_envs) if isinstance(column, Mapping) else column
+        infos[f"_{key}"] = every.copy()
     return infos
 
 

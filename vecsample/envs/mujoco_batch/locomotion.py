@@ -244,7 +244,7 @@ class HumanoidBatchEnv(BatchMujocoEnv):
         low, high = c["healthy_z_range"]
         healthy = (low < p.qpos[:, 2]) & (p.qpos[:, 2] < high)
         survive = healthy * c["healthy_reward"]
-        ctrl = c["ctrl_cost_weight"] * np.sum(np.square(p.control[:, -1]), axis=1)
+        ctrl = c["ctrl_cost_weight"] * np.sum(np.square(p.control), axis=1)
         contact = np.clip(c["contact_cost_weight"] * np.sum(np.square(
             p.fields["cfrc_ext"]).reshape(self.num_envs, -1), axis=1), *c["contact_cost_range"])
         infos = {**self._reset_info(), "x_velocity": xy_velocity[:, 0],

@@ -34,7 +34,7 @@ from vecsample.envs.mujoco_batch.errors import (
     SeedCountError,
     UnknownKeywordError,
 )
-from vecsample.envs.mujoco_batch.infos import Columns, add_final, add_rows
+from vecsample.envs.mujoco_batch.infos import Columns, add_final, add_rows, every_row
 from vecsample.envs.mujoco_batch.physics import Field, Physics
 from vecsample.errors import ResetMaskError
 
@@ -147,58 +147,74 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         """One step of every env; ended envs autoreset as ``metadata["autoreset_mode"]``
         says (NextStep: reset instead of stepped; Disabled: frozen)."""
         actions = self._check_actions(actions)
-        mode = self.autoreset_mode
-        held = self._ended.copy() if mode is not AutoresetMode.SAME_STEP else np.zeros_like(
-            self._ended)  # the envs not stepped: reset (NextStep) or frozen (Disabled)
-        rows = np.flatnonzero(~held)
+        held = self._held()
         before = self._before()
         controls = self._controls(actions)
-        self.physics.step(controls, rows)
+        self.physics.step(controls, None if held is None else ~held)
         rewards, terminated, columns = self._evaluate(controls, before)
         rewards = np.asarray(rewards, dtype=np.float64)
-        self._elapsed[rows] += 1
+        if held is None:
+            self._elapsed += 1
+        else:
+            self._elapsed[~held] += 1
         truncated = self._truncated()
+        mode = self.autoreset_mode
         if mode is AutoresetMode.NEXT_STEP:
             return self._next_step(held, rewards, terminated, truncated, columns)
         if mode is AutoresetMode.DISABLED:
             return self._disabled(held, rewards, terminated, truncated, columns)
-        self._ended = terminated | truncated
         return self._same_step(rewards, terminated, truncated, columns)
 
-    def _disabled(self, frozen: Bools, rewards: Array,
-                  terminated: Bools, truncated: Bools,
-                  columns: Columns) -> Step:
+    def _held(self) -> Bools | None:
+        """The envs this step does not step: under NextStep those that ended at the last step
+        (reset instead), under Disabled every ended env (frozen); None when every env steps."""
+        if self.autoreset_mode is AutoresetMode.SAME_STEP or not self._ended.any():
+            return None
+        return self._ended.copy()
+
+    def _plain(self, rewards: Array, terminated: Bools, truncated: Bools,
+               columns: Columns) -> Step:
+        """A step in which every env stepped and none resets: every row of every column."""
+        return self._observe(), rewards, terminated, truncated, every_row(columns, self.num_envs)
+
+    def _disabled(self, frozen: Bools | None, rewards: Array, terminated: Bools,
+                  truncated: Bools, columns: Columns) -> Step:
         """Disabled: the envs that ended before this step are frozen: reward 0, no infos.
         Their state and step count did not move, so their observation, termination and
         truncation, computed again, are what they were."""
-        rewards[frozen] = 0.0
         self._ended = terminated | truncated
+        if frozen is None:
+            return self._plain(rewards, terminated, truncated, columns)
+        rewards[frozen] = 0.0
         return self._observe(), rewards, terminated, truncated, add_rows({}, columns, ~frozen)
 
-    def _same_step(self, rewards: Array, terminated: Bools,
-                   truncated: Bools, columns: Columns) -> Step:
+    def _same_step(self, rewards: Array, terminated: Bools, truncated: Bools,
+                   columns: Columns) -> Step:
         """SameStep: ended envs are reset now; their last observation and step info go to
         ``final_obs`` and ``final_info``, their reset info to the infos."""
-        ended = self._ended.copy()  # the reset below clears self._ended
+        ended = terminated | truncated
+        if not ended.any():
+            self._ended = ended
+            return self._plain(rewards, terminated, truncated, columns)
         infos = add_final({}, self._observe(), columns, ended)
         add_rows(infos, columns, ~ended)
-        if ended.any():
-            self._reset_rows(np.flatnonzero(ended), [None] * self.num_envs)
-            add_rows(infos, self._reset_info(), ended)
+        self._reset_rows(np.flatnonzero(ended), [None] * self.num_envs)
+        add_rows(infos, self._reset_info(), ended)
         return self._observe(), rewards, terminated, truncated, infos
 
-    def _next_step(self, resetting: Bools, rewards: Array,
-                   terminated: Bools, truncated: Bools,
-                   columns: Columns) -> Step:
+    def _next_step(self, resetting: Bools | None, rewards: Array, terminated: Bools,
+                   truncated: Bools, columns: Columns) -> Step:
         """NextStep: the envs that ended at the last step are reset instead of stepped; their
         reward is 0, their flags False and their infos the reset's."""
+        if resetting is None:
+            self._ended = terminated | truncated
+            return self._plain(rewards, terminated, truncated, columns)
         infos = add_rows({}, columns, ~resetting)
-        if resetting.any():
-            self._reset_rows(np.flatnonzero(resetting), [None] * self.num_envs)
-            add_rows(infos, self._reset_info(), resetting)
-            rewards[resetting] = 0.0
-            terminated[resetting] = False
-            truncated[resetting] = False
+        self._reset_rows(np.flatnonzero(resetting), [None] * self.num_envs)
+        add_rows(infos, self._reset_info(), resetting)
+        rewards[resetting] = 0.0
+        terminated[resetting] = False
+        truncated[resetting] = False
         self._ended = terminated | truncated
         return self._observe(), rewards, terminated, truncated, infos
 
