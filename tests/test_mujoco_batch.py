@@ -122,6 +122,29 @@ CASES = [
         "include_qfrc_actuator_in_observation": False, "contact_cost_range": (-np.inf, 1e-3),
         "contact_cost_weight": 1e-5, "healthy_z_range": (1.1, 1.9), "reset_noise_scale": 0.1,
         "exclude_current_positions_from_observation": False}),
+    ("HumanoidStandupBatch-v5", "HumanoidStandup-v5", {}),
+    ("HumanoidStandupBatch-v5", "HumanoidStandup-v5", {
+        "include_cinert_in_observation": False, "include_cfrc_ext_in_observation": False,
+        "impact_cost_range": (-np.inf, 1e-3), "impact_cost_weight": 1e-5,
+        "ctrl_cost_weight": 0.2, "uph_cost_weight": 3, "reset_noise_scale": 0.1,
+        "exclude_current_positions_from_observation": False}),
+    ("SwimmerBatch-v5", "Swimmer-v5", {}),
+    ("SwimmerBatch-v5", "Swimmer-v5", {
+        "forward_reward_weight": 2.0, "ctrl_cost_weight": 0.1, "reset_noise_scale": 0.3,
+        "exclude_current_positions_from_observation": False, "frame_skip": 3}),
+    ("InvertedPendulumBatch-v5", "InvertedPendulum-v5", {}),
+    ("InvertedPendulumBatch-v5", "InvertedPendulum-v5", {
+        "reset_noise_scale": 0.1, "frame_skip": 3}),
+    ("InvertedDoublePendulumBatch-v5", "InvertedDoublePendulum-v5", {}),
+    ("InvertedDoublePendulumBatch-v5", "InvertedDoublePendulum-v5", {
+        "healthy_reward": 3, "reset_noise_scale": 0.3, "frame_skip": 2}),
+    ("ReacherBatch-v5", "Reacher-v5", {}),
+    ("ReacherBatch-v5", "Reacher-v5", {
+        "reward_dist_weight": 0.5, "reward_control_weight": 0.3, "frame_skip": 3}),
+    ("PusherBatch-v5", "Pusher-v5", {}),
+    ("PusherBatch-v5", "Pusher-v5", {
+        "reward_near_weight": 1.0, "reward_dist_weight": 0.7, "reward_control_weight": 0.05,
+        "frame_skip": 3}),
 ]
 
 

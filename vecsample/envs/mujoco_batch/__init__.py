@@ -1,4 +1,4 @@
-"""Batch-native MuJoCo envs: gymnasium v5 locomotion and the meta-RL task envs, one
+"""Batch-native MuJoCo envs: every gymnasium v5 MuJoCo env and the meta-RL task envs, one
 ``gymnasium.vector.VectorEnv`` per batch, equal to gymnasium's envs step by step.
 
 ==============================  ===============================  ============================
@@ -9,6 +9,12 @@ HopperBatch-v5                  Hopper-v5                        1000
 Walker2dBatch-v5                Walker2d-v5                      1000
 AntBatch-v5                     Ant-v5                           1000
 HumanoidBatch-v5                Humanoid-v5                      1000
+HumanoidStandupBatch-v5         HumanoidStandup-v5               1000
+SwimmerBatch-v5                 Swimmer-v5                       1000
+InvertedPendulumBatch-v5        InvertedPendulum-v5              1000
+InvertedDoublePendulumBatch-v5  InvertedDoublePendulum-v5        1000
+ReacherBatch-v5                 Reacher-v5                       50
+PusherBatch-v5                  Pusher-v5                        100
 HalfCheetahVelBatch-v5          HalfCheetahVel-v5                200
 HalfCheetahDirBatch-v5          HalfCheetahDir-v5                200
 AntVelBatch-v5                  AntVel-v5                        200
@@ -67,6 +73,15 @@ ENVS: tuple[BatchEnvSpec, ...] = (
     BatchEnvSpec("Walker2d-v5", "Walker2dBatch-v5", "locomotion:Walker2dBatchEnv", 1000),
     BatchEnvSpec("Ant-v5", "AntBatch-v5", "locomotion:AntBatchEnv", 1000),
     BatchEnvSpec("Humanoid-v5", "HumanoidBatch-v5", "locomotion:HumanoidBatchEnv", 1000),
+    BatchEnvSpec("HumanoidStandup-v5", "HumanoidStandupBatch-v5",
+                 "locomotion:HumanoidStandupBatchEnv", 1000),
+    BatchEnvSpec("Swimmer-v5", "SwimmerBatch-v5", "locomotion:SwimmerBatchEnv", 1000),
+    BatchEnvSpec("InvertedPendulum-v5", "InvertedPendulumBatch-v5",
+                 "small:InvertedPendulumBatchEnv", 1000),
+    BatchEnvSpec("InvertedDoublePendulum-v5", "InvertedDoublePendulumBatch-v5",
+                 "small:InvertedDoublePendulumBatchEnv", 1000),
+    BatchEnvSpec("Reacher-v5", "ReacherBatch-v5", "small:ReacherBatchEnv", 50),
+    BatchEnvSpec("Pusher-v5", "PusherBatch-v5", "small:PusherBatchEnv", 100),
     BatchEnvSpec("HalfCheetahVel-v5", "HalfCheetahVelBatch-v5", "tasks:HalfCheetahVelBatchEnv",
                  200),
     BatchEnvSpec("HalfCheetahDir-v5", "HalfCheetahDirBatch-v5", "tasks:HalfCheetahDirBatchEnv",

@@ -276,24 +276,27 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         return mask
 
     def _reset_rows(self, rows: NDArray[np.intp], seeds: list[int | None]) -> None:
-        """gymnasium's reset of each env of ``rows``: seeding, the reset noise from its own
-        generator (qpos first, then qvel), ``mj_resetData``, the state, ``mj_forward``."""
+        """gymnasium's reset of each env of ``rows``: seeding, the reset state drawn from its
+        own generator (``_reset_state``), ``mj_resetData``, the state, ``mj_forward``."""
         p = self.physics
         qpos = np.empty((len(rows), p.model.nq))
         qvel = np.empty((len(rows), p.model.nv))
-        scale = self.config["reset_noise_scale"]
         for k, i in enumerate(rows.tolist()):
             if seeds[i] is not None:
                 self._generators[i] = seeding.np_random(seeds[i])[0]
-            rng = self._generator(i)
-            qpos[k] = p.init_qpos + rng.uniform(low=-scale, high=scale, size=p.model.nq)
-            if self.QVEL_NOISE == "normal":
-                qvel[k] = p.init_qvel + scale * rng.standard_normal(p.model.nv)
-            else:
-                qvel[k] = p.init_qvel + rng.uniform(low=-scale, high=scale, size=p.model.nv)
+            qpos[k], qvel[k] = self._reset_state(self._generator(i))
         p.reset(rows.tolist(), qpos, qvel)
         self._elapsed[rows] = 0
         self._ended[rows] = False
+
+    def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:
+        """One env's ``qpos`` and ``qvel`` after a reset: gymnasium's reset noise of scale
+        ``reset_noise_scale`` around the initial state, drawn from ``rng`` (qpos, then qvel)."""
+        p, scale = self.physics, self.config["reset_noise_scale"]
+        qpos = p.init_qpos + rng.uniform(low=-scale, high=scale, size=p.model.nq)
+        if self.QVEL_NOISE == "normal":
+            return qpos, p.init_qvel + scale * rng.standard_normal(p.model.nv)
+        return qpos, p.init_qvel + rng.uniform(low=-scale, high=scale, size=p.model.nv)
 
     def _generator(self, i: int) -> np.random.Generator:
         """Env ``i``'s generator (an unseeded one until a seed is given, as ``Env.np_random``)."""
