@@ -33,6 +33,7 @@ from typing import Any, Protocol, cast
 import gymnasium as gym
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
@@ -41,7 +42,7 @@ from vecsample.config import DEFAULT_CONTEXT, DEFAULT_DEADLINE, check_int
 from vecsample.envs.base import Task, TaskEnv
 from vecsample.envs.mujoco_batch import batch_id_for
 from vecsample.hosted import HostedVector
-from vecsample.maml.episodes import BatchEpisodes
+from vecsample.maml.episodes import BatchEpisodes, EpisodeSteps
 from vecsample.maml.errors import TaskEnvError
 from vecsample.maml.losses import reinforce_loss
 from vecsample.options import DEFAULTS, Options, adapted
@@ -501,10 +502,7 @@ class _Rollout:
         self.params = params
         self.batch_size = sampler.batch_size
         self.num_real = len(request.tasks) * self.batch_size
-        self.episodes = [
-            BatchEpisodes(self.batch_size, gamma=request.gamma, device=request.device)
-            for _ in request.tasks
-        ]
+        self.steps = EpisodeSteps(self.num_real)  # every env's episode, cut per task at the end
         space = vec.single_action_space
         self.actions = np.zeros((vec.num_envs, *(space.shape or ())), dtype=space.dtype)
         self.active = np.zeros(vec.num_envs, dtype=bool)
@@ -521,10 +519,13 @@ class _Rollout:
         while self.sent_at:
             for result in self._receive():
                 self._send(self._record(result))
+        size, request = self.batch_size, self.request
+        batches = [self.steps.batch(k * size, (k + 1) * size, request.gamma, request.device)
+                   for k in range(len(request.tasks))]
         for key, values in self.ends.items():
-            for k, episodes in enumerate(self.episodes):
-                episodes.log(key, values[k * self.batch_size : (k + 1) * self.batch_size])
-        return self.episodes
+            for k, episodes in enumerate(batches):
+                episodes.log(key, values[k * size : (k + 1) * size])
+        return batches
 
     def _receive(self) -> list[StepResult]:
         """A partial batch; polls in slices of POLL_S so that close() is noticed."""
@@ -560,27 +561,24 @@ class _Rollout:
         self.sent_at[w] = time.monotonic()
 
     def _act(self, ids: range, generator: torch.Generator | None) -> None:
-        """Actions for the active envs of ``ids``: one forward per shared parameter set."""
-        groups: dict[int, list[int]] = {}
-        for k in self._tasks_in(ids):
-            groups.setdefault(id(self.params[k]), []).append(k)
-        for tasks in groups.values():
-            rows = np.concatenate([self._rows(k, ids) for k in tasks])
-            if rows.size == 0:
-                continue
+        """Actions for the active envs of ``ids``: one forward per shared parameter set (the
+        rows of its tasks, in task order; the sets in the order of their first task)."""
+        active = self._active_rows(ids)
+        per_task = np.split(active, np.flatnonzero(np.diff(active // self.batch_size)) + 1)
+        groups: dict[int, tuple[Params, list[NDArray[np.int64]]]] = {}
+        for task_rows in per_task:
+            params = self.params[int(task_rows[0]) // self.batch_size]
+            groups.setdefault(id(params), (params, []))[1].append(task_rows)
+        for params, chunks in groups.values():
+            rows = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
             with torch.no_grad():
                 x = torch.as_tensor(self.obs[rows], device=self.request.device)
-                pi = self.sampler.policy(x, params=self.params[tasks[0]])
+                pi = self.sampler.policy(x, params=params)
                 self.actions[rows] = _sample(pi, generator).cpu().numpy()
 
-    def _tasks_in(self, ids: range) -> range:
-        last = min(ids.stop, self.num_real) - 1
-        return range(ids.start // self.batch_size, last // self.batch_size + 1)
-
-    def _rows(self, k: int, ids: range) -> np.ndarray:
-        lo = max(ids.start, k * self.batch_size)
-        hi = min(ids.stop, (k + 1) * self.batch_size)
-        return lo + np.flatnonzero(self.active[lo:hi])
+    def _active_rows(self, ids: range) -> NDArray[np.int64]:
+        """The envs of ``ids`` still in their episode (never a spare env), in order."""
+        return ids.start + np.flatnonzero(self.active[ids.start : ids.stop])
 
     def _record(self, result: StepResult) -> int:
         """Appends the step of every env that was active, retires those that ended.
@@ -590,15 +588,10 @@ class _Rollout:
         if worker is None:
             raise errors.PendingCallError("step_recv returned a result without its worker.")
         del self.sent_at[worker]
-        for k in self._tasks_in(ids):
-            rows = self._rows(k, ids)
-            local = rows - ids.start
-            self.episodes[k].append(
-                self.obs[rows],
-                self.actions[rows],
-                result.rewards[local],
-                rows - k * self.batch_size,
-            )
+        rows = self._active_rows(ids)
+        if rows.size:
+            self.steps.append(rows, self.obs[rows], self.actions[rows],
+                              np.asarray(result.rewards)[rows - ids.start])
         for g, info in result.infos.items():  # only envs whose episode ended have one
             for key, values in self.ends.items():
                 if g < self.num_real and self.active[g] and key in info:
