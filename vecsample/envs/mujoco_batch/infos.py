@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-#: A batch's infos as columns: ``key -> (num_envs, ...) array``, or a nested dict of them.
+#: A batch's infos as columns: ``key -> (num_envs, ...) array``, or a nested dict of them
+#: (a column is an ``np.ndarray``; anything else is taken for a nested dict).
 Columns = Mapping[str, Any]
 
 
@@ -29,7 +30,7 @@ def add_rows(infos: dict[str, Any], columns: Columns, rows: NDArray[np.bool_]) -
     if not rows.any():
         return infos
     for key, column in columns.items():
-        if isinstance(column, Mapping):
+        if not isinstance(column, np.ndarray):  # a nested dict of columns
             infos[key] = add_rows(infos.get(key, {}), column, rows)
         else:
             array = infos.get(key)
@@ -51,7 +52,7 @@ def every_row(columns: Columns, num_envs: int) -> dict[str, Any]:
     every = np.ones(num_envs, dtype=np.bool_)
     infos: dict[str, Any] = {}
     for key, column in columns.items():
-        infos[key] = every_row(column, num_envs) if isinstance(column, Mapping) else column
+        infos[key] = column if isinstance(column, np.ndarray) else every_row(column, num_envs)
         infos[f"_{key}"] = every.copy()
     return infos
 

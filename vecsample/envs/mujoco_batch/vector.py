@@ -312,7 +312,7 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
 
     def _check_actions(self, actions: Any) -> NDArray[Any]:
         batch: NDArray[Any] = np.asarray(actions)
-        expected = (self.num_envs, *(self.single_action_space.shape or ()))
+        expected = self.action_space.shape or ()
         if batch.shape != expected:
             raise BatchActionError(env=type(self).__name__, expected=expected, got=batch.shape)
         return batch
