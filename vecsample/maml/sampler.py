@@ -201,8 +201,9 @@ class MultiTaskSampler:
             (drawn from ``seed``); ``pipeline``, ``record`` and ``replay`` are refused.
         batch_envs: Whether to sample the batch-native form of ``env_name`` where it has one
             (``vecsample.envs.BATCH_IDS``: HalfCheetahVel/Dir, AntVel/Dir/Pos, docs/
-            mujoco_batch.md): each worker then steps one ``HostedVector`` of its block, its
-            physics through ``mujoco.rollout``, instead of one gymnasium env per row. The
+            mujoco_batch.md): each worker then steps one ``HostedVector`` of its block (one
+            ``MjData`` per env, observations and rewards computed over the block in numpy)
+            instead of one gymnasium env per row. The
             episodes are the same, bit for bit, for the same seed [``test_mujoco_maml.py``].
             ``env_kwargs`` that only the single envs take (the v5 reward keywords, which they
             ignore) keep the single envs. False: single envs always. The attribute

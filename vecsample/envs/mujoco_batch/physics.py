@@ -102,8 +102,10 @@ class Physics:
         mujoco.mj_getState(m, self.datas[0], self._initial, INTEGRATION)
         at = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME.value)
         self._qpos_at, self._qvel_at = slice(at, at + m.nq), slice(at + m.nq, at + m.nq + m.nv)
-        #: What mj_resetData zeroes and mj_forward leaves alone: mj_rnePostConstraint's outputs.
-        self._post_outputs = [(d.cacc, d.cfrc_int, d.cfrc_ext) for d in self.datas]
+        # What mj_resetData zeroes and mj_forward leaves alone: mj_rnePostConstraint's outputs
+        # (zero for good in an env that never calls it).
+        self._post_outputs = [(d.cacc, d.cfrc_int, d.cfrc_ext) if post_constraint else ()
+                              for d in self.datas]
         self.qpos: Array = np.zeros((num_envs, m.nq))
         self.qvel: Array = np.zeros((num_envs, m.nv))
         self.control: Array = np.zeros((num_envs, m.nu))
