@@ -22,7 +22,7 @@ import torch
 from torch.distributions import Distribution
 
 import vecsample.envs  # noqa: F401  (registers the task envs)
-from vecsample import errors
+from vecsample import Options, errors
 from vecsample.maml import (
     BatchEpisodes,
     LinearFeatureBaseline,
@@ -200,6 +200,16 @@ def test_seeded_runs_repeat() -> None:
 
 
 # --- lifetime and failures -------------------------------------------------------------------
+
+
+def test_the_workers_do_not_spin_unless_the_options_ask() -> None:
+    """The VecSampler underneath gets the sampler's options: spin_us=0 (its workers step for
+    milliseconds while this process infers), unless the options set a spin, which is kept."""
+    with meta_sampler("TabularMDP-v0", batch_size=2, num_workers=2) as s:
+        assert s.options.spin_us == 0.0
+    with meta_sampler("TabularMDP-v0", batch_size=2, num_workers=2,
+                      options=Options(spin_us=50)) as s:
+        assert s.options.spin_us == 50.0
 
 
 def test_misuse_raises_typed_errors() -> None:

@@ -198,7 +198,9 @@ class MultiTaskSampler:
             replaces ``options``' value. This sampler sets ``autoreset_mode`` ('Disabled': one
             episode per env and round), ``check_actions`` (off: Gaussian actions are clipped by
             the envs), ``infos`` (on only for ``episode_info_keys``) and the VecSampler's seed
-            (drawn from ``seed``); ``pipeline``, ``record`` and ``replay`` are refused.
+            (drawn from ``seed``), and ``spin_us`` where you leave it unset (0: the workers
+            step for milliseconds while this process infers, so a spin would only take their
+            cores); ``pipeline``, ``record`` and ``replay`` are refused.
         batch_envs: Whether to sample the batch-native form of ``env_name`` where it has one
             (``vecsample.envs.BATCH_IDS``: HalfCheetahVel/Dir, AntVel/Dir/Pos, docs/
             mujoco_batch.md): each worker then steps one ``HostedVector`` of its block (one
@@ -639,11 +641,19 @@ _FIXED: dict[str, tuple[Any, str]] = {
 }
 
 
+#: The options this sampler chooses where you leave them at Options' default.
+_CHOSEN: dict[str, Any] = {
+    # No spin: a worker steps its block for milliseconds while this process infers and records
+    # for the other; a spin (200 us per wait, on both sides) only takes a core from them.
+    "spin_us": 0.0,
+}
+
+
 def _sampler_options(options: Options | None, **named: Any) -> Options:
     """``options`` with the named arguments that differ from their defaults (Options' own)."""
     given = {name: value for name, value in named.items()
              if not _is_default(value, getattr(DEFAULTS, name))}
-    return adapted(options, given, where="MultiTaskSampler", fixed=_FIXED)
+    return adapted(options, given, where="MultiTaskSampler", defaults=_CHOSEN, fixed=_FIXED)
 
 
 def _is_default(value: Any, default: Any) -> bool:
