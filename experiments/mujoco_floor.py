@@ -18,10 +18,11 @@ one process, on one core, three loops step the same envs with the same seeds and
 The batch env equals gymnasium's envs bit for bit, so ``batch`` and ``gym`` step the same
 physics (the script checks that their last observations are equal: ``same``), and ``floor``
 and ``rr`` replay it. Each round runs the four in turn (the order rotated), each from the same
-seeded reset; the medians over the rounds give µs per env step. ``× floor`` = floor time /
-batch time (1.0: the batch env costs nothing beside its physics); ``× rr`` = rr time / batch
-time (what the batch env costs beside the physics of its many ``MjData``); ``× gym`` = gym time
-/ batch time, the batch env's speed per core over gymnasium's.
+seeded reset; the medians over the rounds give µs per env step, and the ratios are the medians
+of each round's ratios. ``× floor`` = floor time / batch time (1.0: the batch env costs nothing
+beside its physics); ``× rr`` = rr time / batch time (what the batch env costs beside the
+physics of its many ``MjData``); ``× gym`` = gym time / batch time, the batch env's speed per
+core over gymnasium's.
 
 Run: ``python experiments/mujoco_floor.py --rounds 5 --json docs/results/mujoco_floor.json``
 """
@@ -179,13 +180,16 @@ def rounds(gym_id: str, num_envs: int, args: Args) -> dict[str, Any]:
 
 def summary(gym_id: str, num_envs: int, steps: int, times: dict[str, list[float]],
             same: bool) -> dict[str, Any]:
-    """One row: each loop's median µs per env step (and every round's) and the ratios."""
-    med = {name: statistics.median(values) for name, values in times.items()}
+    """One row: each loop's median µs per env step (and every round's), and the median over the
+    rounds of each round's ratio to the batch env (the loops of one round run seconds apart, the
+    rounds minutes apart: on shared cores the rounds differ more than the loops of one)."""
+    def ratio(name: str) -> float:  # each round's own ratio: its loops ran minutes apart
+        return statistics.median(a / b for a, b in zip(times[name], times["batch"], strict=True))
+
     return {"env": gym_id, "num_envs": num_envs, "batch_steps": steps, "same": same,
-            **{f"{name}_us": med[name] for name in LOOPS},
+            **{f"{name}_us": statistics.median(times[name]) for name in LOOPS},
             **{f"{name}_us_rounds": times[name] for name in LOOPS},
-            "x_floor": med["floor"] / med["batch"], "x_rr": med["rr"] / med["batch"],
-            "x_gym": med["gym"] / med["batch"],
+            "x_floor": ratio("floor"), "x_rr": ratio("rr"), "x_gym": ratio("gym"),
             "loadavg": list(os.getloadavg())}
 
 
