@@ -187,12 +187,17 @@ class _Block:
         """Steps this block's envs (those of ``stepped``), then gathers its rows."""
         envs = self.envs if stepped is None else [
             self.envs[k] for k in np.flatnonzero(stepped[self.lo:self.hi]).tolist()]
-        model, skip = self.model, self.frame_skip
-        for data, ctrl, control in envs:
-            ctrl[:] = control
-            mujoco.mj_step(model, data, skip)
-            if self.post_constraint:
-                mujoco.mj_rnePostConstraint(model, data)
+        model, skip, step = self.model, self.frame_skip, mujoco.mj_step
+        if self.post_constraint:
+            post = mujoco.mj_rnePostConstraint
+            for data, ctrl, control in envs:
+                ctrl[:] = control
+                step(model, data, skip)
+                post(model, data)
+        else:
+            for data, ctrl, control in envs:
+                ctrl[:] = control
+                step(model, data, skip)
         self.gather()
 
     def gather(self) -> None:
