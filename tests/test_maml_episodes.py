@@ -12,6 +12,7 @@ from torch.distributions import Independent, Normal
 from vecsample.maml import BatchEpisodes, reinforce_loss, weighted_mean, weighted_normalize
 from vecsample.maml.episodes import EpisodeSteps
 from vecsample.maml.errors import EpisodesError
+from vecsample.maml.losses import discounted_cumsum
 
 SQRT2 = math.sqrt(2.0)
 
@@ -113,6 +114,18 @@ def ones_baseline(episodes: BatchEpisodes) -> torch.Tensor:
 
 def test_returns_by_hand() -> None:
     assert hand_case().returns.tolist() == [[3.0, 3.0], [4.0, 0.0], [4.0, 0.0]]
+
+
+@pytest.mark.parametrize("factors", [(), (0.9,), (0.99, 0.95)])
+def test_the_numpy_discounted_cumsum_is_bitwise_the_torch_loop(factors: tuple[float, ...]) -> None:
+    """CPU float32 tensors without a gradient take the numpy loop; a tensor that needs one
+    takes torch's: the same bits either way."""
+    torch.manual_seed(0)
+    for length, width in ((1, 3), (100, 20), (37, 1)):
+        values = torch.randn(length, width) * 50
+        fast = discounted_cumsum(values, *factors)
+        slow = discounted_cumsum(values.clone().requires_grad_(), *factors).detach()
+        assert fast.dtype == slow.dtype == torch.float32 and torch.equal(fast, slow)
 
 
 def test_gae_by_hand() -> None:
