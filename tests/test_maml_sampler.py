@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -134,6 +134,47 @@ class SpyPolicy(NormalMLPPolicy):
         if not torch.is_grad_enabled() and params is not None:
             self.seen.append({k: v.detach().clone() for k, v in params.items()})
         return super().forward(input, params=params)
+
+
+class PerGroupPolicy(NormalMLPPolicy):
+    """A NormalMLPPolicy whose forward is not NormalMLPPolicy's own: the sampler calls it per
+    group of envs sharing parameters instead of one stacked forward for the block."""
+
+    def forward(
+        self, input: torch.Tensor, params: Mapping[str, torch.Tensor] | None = None
+    ) -> Distribution:
+        return super().forward(input, params=params)
+
+
+class StackCounter(NormalMLPPolicy):
+    """A NormalMLPPolicy that counts its stacked forwards (its forward is its base's)."""
+
+    stacks = 0
+
+    def stacked(
+        self, inputs: torch.Tensor, params: Sequence[Mapping[str, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        type(self).stacks += 1
+        return super().stacked(inputs, params)
+
+
+def test_a_stacked_forward_samples_what_a_forward_per_task_samples() -> None:
+    """After the inner update every task has its parameters; one worker holds three tasks, so
+    the valid round's actions come from NormalMLPPolicy.stacked. They equal, to float rounding,
+    those of a forward per task (2DNavigation's steps keep the rounding small)."""
+
+    def run(cls: type[NormalMLPPolicy]) -> list[BatchEpisodes]:
+        torch.manual_seed(0)
+        policy = cls(2, 2, hidden_sizes=(16,))
+        with meta_sampler("2DNavigation-v0", batch_size=4, num_workers=1, seed=2,
+                          policy=policy) as s:
+            return s.sample(s.sample_tasks(3), num_steps=1, fast_lr=0.5)[1]
+
+    stacked, per_task = run(StackCounter), run(PerGroupPolicy)
+    assert StackCounter.stacks > 0
+    for a, b in zip(stacked, per_task, strict=True):
+        torch.testing.assert_close(a.actions, b.actions, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.observations, b.observations, rtol=1e-5, atol=1e-5)
 
 
 def same(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:

@@ -45,6 +45,7 @@ from vecsample.hosted import HostedVector
 from vecsample.maml.episodes import BatchEpisodes, EpisodeSteps
 from vecsample.maml.errors import TaskEnvError
 from vecsample.maml.losses import reinforce_loss
+from vecsample.maml.policies import NormalMLPPolicy
 from vecsample.options import DEFAULTS, Options, adapted
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
@@ -139,6 +140,24 @@ def _main_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+def _draw(loc: torch.Tensor, scale: torch.Tensor,
+          generator: torch.Generator | None) -> torch.Tensor:
+    """A sample of ``Normal(loc, scale)`` (``scale`` broadcast to ``loc``), from ``generator``
+    where there is one, as ``_sample`` draws it, else as ``Normal.sample()`` does."""
+    if generator is None:
+        return torch.normal(loc, scale.expand(loc.shape))
+    noise = torch.randn(loc.shape, generator=generator, device=loc.device)
+    return loc + scale * noise
+
+
+def _stacks(policy: MetaPolicy) -> bool:
+    """Whether ``policy`` is a ``NormalMLPPolicy`` whose forward is its own, so that
+    ``policy.stacked`` gives what its forward per group gives (a subclass that overrides
+    ``forward`` gets a forward per group)."""
+    return isinstance(policy, NormalMLPPolicy) and (
+        type(policy).forward is NormalMLPPolicy.forward)
+
+
 def _snapshot(policy: MetaPolicy, device: torch.device) -> Params:
     """Detached copies of the policy's parameters, leaves that can take gradients."""
     return OrderedDict(
@@ -153,8 +172,7 @@ def _sample(pi: Distribution, generator: torch.Generator | None) -> torch.Tensor
     if generator is None:
         return pi.sample()
     if isinstance(base, Normal):
-        noise = torch.randn(base.loc.shape, generator=generator, device=base.loc.device)
-        return base.loc + base.scale * noise
+        return _draw(base.loc, base.scale, generator)
     if isinstance(base, Categorical):
         return torch.multinomial(base.probs, 1, generator=generator).squeeze(-1)
     return pi.sample()
@@ -568,16 +586,36 @@ class _Rollout:
         rows of its tasks, in task order; the sets in the order of their first task)."""
         active = self._active_rows(ids)
         per_task = np.split(active, np.flatnonzero(np.diff(active // self.batch_size)) + 1)
-        groups: dict[int, tuple[Params, list[NDArray[np.int64]]]] = {}
+        sets: dict[int, tuple[Params, list[NDArray[np.int64]]]] = {}
         for task_rows in per_task:
             params = self.params[int(task_rows[0]) // self.batch_size]
-            groups.setdefault(id(params), (params, []))[1].append(task_rows)
-        for params, chunks in groups.values():
-            rows = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-            with torch.no_grad():
-                x = torch.as_tensor(self.obs[rows], device=self.request.device)
-                pi = self.sampler.policy(x, params=params)
+            sets.setdefault(id(params), (params, []))[1].append(task_rows)
+        groups = [(params, chunks[0] if len(chunks) == 1 else np.concatenate(chunks))
+                  for params, chunks in sets.values()]
+        policy, device = self.sampler.policy, self.request.device
+        with torch.no_grad():
+            if len(groups) > 1 and _stacks(policy):
+                self._act_stacked(cast(NormalMLPPolicy, policy), groups, generator)
+                return
+            for params, rows in groups:
+                pi = policy(torch.as_tensor(self.obs[rows], device=device), params=params)
                 self.actions[rows] = _sample(pi, generator).cpu().numpy()
+
+    def _act_stacked(self, policy: NormalMLPPolicy, groups: list[tuple[Params, NDArray[np.int64]]],
+                     generator: torch.Generator | None) -> None:
+        """``_act``'s forwards for a ``NormalMLPPolicy``: the groups of as many rows in one
+        stacked forward (``policy.stacked``), the noise drawn per group in ``_act``'s order."""
+        by_size: dict[int, list[int]] = {}
+        for g, (_, rows) in enumerate(groups):
+            by_size.setdefault(rows.size, []).append(g)
+        gaussians: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for members in by_size.values():
+            x = np.stack([self.obs[groups[g][1]] for g in members])
+            loc, scale = policy.stacked(torch.as_tensor(x, device=self.request.device),
+                                        [groups[g][0] for g in members])
+            gaussians.update({g: (loc[k], scale[k]) for k, g in enumerate(members)})
+        for g, (_, rows) in enumerate(groups):
+            self.actions[rows] = _draw(*gaussians[g], generator).cpu().numpy()
 
     def _active_rows(self, ids: range) -> NDArray[np.int64]:
         """The envs of ``ids`` still in their episode (never a spare env), in order."""
