@@ -23,7 +23,7 @@ dedicated cores with perfect overlap the wall ratio would equal it), and the wor
 env.step time per step (``MultiTaskSampler.stats()``) against the bare loops'.
 
 The sampler steps vecsample's batch-native MuJoCo task envs (``HalfCheetahDirBatch-v5``, one
-per worker, physics through ``mujoco.rollout``: docs/mujoco_batch.md) where the config's env
+per worker, one ``MjData`` per env: docs/mujoco_batch.md) where the config's env
 has one, as ``MultiTaskSampler`` does by default; ``--no-batch-envs`` keeps gymnasium's single
 envs (runs 1 to 3 of docs/maml.md). The bare loops stay gymnasium's single envs either way:
 issue 25's P8 asks the batch envs' sampler to beat that ideal (ratio to ``1env`` <= 1.0).

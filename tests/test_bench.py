@@ -13,10 +13,12 @@ import subprocess
 import sys
 import threading
 
+import gymnasium as gym
 import pytest
 
 import vecsample.envs
 from vecsample import extras
+from vecsample.envs.mujoco_batch import ENVS
 from vecsample.errors import ConfigError, MissingExtraError
 from vecsample.tools import bench, bench_backends
 
@@ -238,13 +240,13 @@ def test_vectorization_defaults_and_an_env_without_a_batched_form():
     default = bench.configs(parse(["--cores", "2", "--vectorization", "vector_entry_point"]))
     assert [(c.env_id, c.num_envs) for c in default] == [
         ("CartPole-v1", 64), ("CartPole-v1", 512), ("CartPole-v1", 4096), ("HalfCheetah-v5", 32)]
-    swimmer = bench_backends.Config("Swimmer-v5", 2, 1, 1, 0.0, "none")
+    pendulum = bench_backends.Config("Pendulum-v1", 2, 1, 1, 0.0, "none")
     for name in ("hosted", "vector_one"):
         with pytest.raises(bench_backends.Unavailable, match="no vector entry point"):
-            bench_backends.BACKENDS[name][1](swimmer)
+            bench_backends.BACKENDS[name][1](pendulum)
 
 
-@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Ant-v5"])
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Ant-v5", "InvertedPendulum-v5"])
 def test_vectorization_hosts_the_batch_native_mujoco_env(tmp_path, capsys, env_id):
     pytest.importorskip("mujoco")
     out = tmp_path / "bench.json"
@@ -267,3 +269,24 @@ def test_vectorization_hosts_the_batch_native_mujoco_env(tmp_path, capsys, env_i
         hosted.close()
     assert spec.id == vecsample.envs.BATCH_IDS[env_id]
     assert f"{env_id}, 4 envs: hosted " in capsys.readouterr().out
+
+
+def test_vectorization_builds_the_batch_env_of_every_gymnasium_mujoco_env_beside_envpool():
+    """Every gymnasium MuJoCo v5 env with a batch form gets its batch env in the vector rows
+    (here the one-process row, which the hosted row hosts), and EnvPool's row where EnvPool is
+    installed (it ships every one of them)."""
+    pytest.importorskip("mujoco")
+    ids = [s.gym_id for s in ENVS if str(gym.spec(s.gym_id).entry_point).startswith(
+        "gymnasium.envs.mujoco")]
+    assert len(ids) == 11
+    for env_id in ids:
+        cfg = bench_backends.Config(env_id, 2, 1, 1, 0.0, "none")
+        assert cfg.batch_native, env_id
+        backend = bench_backends.BACKENDS["vector_one"][1](cfg)
+        try:
+            assert backend.env.spec.id == vecsample.envs.BATCH_IDS[env_id]
+            assert backend.run(0.01) > 0
+        finally:
+            backend.close()
+        if importlib.util.find_spec("envpool") is not None:
+            bench_backends.BACKENDS["envpool"][1](cfg).close()  # Unavailable would fail here

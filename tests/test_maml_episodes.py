@@ -10,7 +10,9 @@ import torch
 from torch.distributions import Independent, Normal
 
 from vecsample.maml import BatchEpisodes, reinforce_loss, weighted_mean, weighted_normalize
+from vecsample.maml.episodes import EpisodeSteps
 from vecsample.maml.errors import EpisodesError
+from vecsample.maml.losses import discounted_cumsum
 
 SQRT2 = math.sqrt(2.0)
 
@@ -114,6 +116,18 @@ def test_returns_by_hand() -> None:
     assert hand_case().returns.tolist() == [[3.0, 3.0], [4.0, 0.0], [4.0, 0.0]]
 
 
+@pytest.mark.parametrize("factors", [(), (0.9,), (0.99, 0.95)])
+def test_the_numpy_discounted_cumsum_is_bitwise_the_torch_loop(factors: tuple[float, ...]) -> None:
+    """CPU float32 tensors without a gradient take the numpy loop; a tensor that needs one
+    takes torch's: the same bits either way."""
+    torch.manual_seed(0)
+    for length, width in ((1, 3), (100, 20), (37, 1)):
+        values = torch.randn(length, width) * 50
+        fast = discounted_cumsum(values, *factors)
+        slow = discounted_cumsum(values.clone().requires_grad_(), *factors).detach()
+        assert fast.dtype == slow.dtype == torch.float32 and torch.equal(fast, slow)
+
+
 def test_gae_by_hand() -> None:
     episodes = hand_case()
     advantages = episodes.compute_advantages(ones_baseline, gae_lambda=1.0, normalize=False)
@@ -163,3 +177,27 @@ def test_everything_stays_on_the_cuda_device() -> None:
     episodes.append([[0.0]], [[0.0]], [2.0], [0])
     advantages = episodes.compute_advantages(ones_baseline)
     assert advantages.device.type == "cuda" and episodes.returns.device.type == "cuda"
+
+
+def test_episode_steps_cut_per_task_equal_batch_episodes_appended_per_task() -> None:
+    """A round's steps recorded for every env at once, then cut into tasks, give what one
+    BatchEpisodes per task, appended task by task, gives (episodes of different lengths, more
+    steps than the buffers start with)."""
+    rng = np.random.default_rng(0)
+    steps, size = EpisodeSteps(6), 3
+    per_task = [BatchEpisodes(size, gamma=0.9) for _ in range(2)]
+    lengths = np.array([25, 4, 19, 1, 17, 23])
+    for t in range(int(lengths.max())):
+        rows = np.flatnonzero(t < lengths)
+        obs, act, rew = rng.normal(size=(rows.size, 4)), rng.normal(size=(rows.size, 2)), (
+            rng.normal(size=rows.size))
+        steps.append(rows, obs, act, rew)
+        for k, episodes in enumerate(per_task):
+            mine = rows // size == k
+            if mine.any():
+                episodes.append(obs[mine], act[mine], rew[mine], rows[mine] - size * k)
+    for k, expected in enumerate(per_task):
+        got = steps.batch(size * k, size * (k + 1), gamma=0.9, device="cpu")
+        assert got.lengths == expected.lengths == lengths[size * k:size * (k + 1)].tolist()
+        for name in ("observations", "actions", "rewards", "mask", "returns"):
+            assert torch.equal(getattr(got, name), getattr(expected, name)), name

@@ -105,3 +105,23 @@ def test_policy_for_env(env_id: str, policy_cls: type, input_size: int) -> None:
     assert policy.hidden_sizes == (16, 16) and policy.nonlinearity is torch.tanh
     assert policy.input_size == input_size
     env.close()
+
+
+def test_stacked_gives_each_groups_forward() -> None:
+    """``stacked`` over G groups, each with its own parameters, holds what ``forward`` gives
+    per group (to float rounding: one batched matmul against one per group)."""
+    torch.manual_seed(0)
+    policy = NormalMLPPolicy(5, 3, hidden_sizes=(16, 8), nonlinearity=torch.tanh, min_std=0.5)
+    groups = []
+    for g in range(4):
+        params = OrderedDict((k, v.detach() + 0.1 * g * torch.randn_like(v))
+                             for k, v in policy.named_parameters())
+        params["sigma"] = torch.tensor([-2.0, 0.1 * g, 1.0])  # the first one clamped
+        groups.append(params)
+    inputs = torch.randn(4, 6, 5)
+    loc, scale = policy.stacked(inputs, groups)
+    assert loc.shape == (4, 6, 3) and scale.shape == (4, 3)
+    for g, params in enumerate(groups):
+        pi = policy(inputs[g], params=params)
+        torch.testing.assert_close(loc[g], pi.base_dist.loc, rtol=1e-6, atol=1e-6)
+        assert torch.equal(scale[g].expand(6, 3), pi.base_dist.scale)

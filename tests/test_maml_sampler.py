@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -22,7 +22,7 @@ import torch
 from torch.distributions import Distribution
 
 import vecsample.envs  # noqa: F401  (registers the task envs)
-from vecsample import errors
+from vecsample import Options, errors
 from vecsample.maml import (
     BatchEpisodes,
     LinearFeatureBaseline,
@@ -136,6 +136,47 @@ class SpyPolicy(NormalMLPPolicy):
         return super().forward(input, params=params)
 
 
+class PerGroupPolicy(NormalMLPPolicy):
+    """A NormalMLPPolicy whose forward is not NormalMLPPolicy's own: the sampler calls it per
+    group of envs sharing parameters instead of one stacked forward for the block."""
+
+    def forward(
+        self, input: torch.Tensor, params: Mapping[str, torch.Tensor] | None = None
+    ) -> Distribution:
+        return super().forward(input, params=params)
+
+
+class StackCounter(NormalMLPPolicy):
+    """A NormalMLPPolicy that counts its stacked forwards (its forward is its base's)."""
+
+    stacks = 0
+
+    def stacked(
+        self, inputs: torch.Tensor, params: Sequence[Mapping[str, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        type(self).stacks += 1
+        return super().stacked(inputs, params)
+
+
+def test_a_stacked_forward_samples_what_a_forward_per_task_samples() -> None:
+    """After the inner update every task has its parameters; one worker holds three tasks, so
+    the valid round's actions come from NormalMLPPolicy.stacked. They equal, to float rounding,
+    those of a forward per task (2DNavigation's steps keep the rounding small)."""
+
+    def run(cls: type[NormalMLPPolicy]) -> list[BatchEpisodes]:
+        torch.manual_seed(0)
+        policy = cls(2, 2, hidden_sizes=(16,))
+        with meta_sampler("2DNavigation-v0", batch_size=4, num_workers=1, seed=2,
+                          policy=policy) as s:
+            return s.sample(s.sample_tasks(3), num_steps=1, fast_lr=0.5)[1]
+
+    stacked, per_task = run(StackCounter), run(PerGroupPolicy)
+    assert StackCounter.stacks > 0
+    for a, b in zip(stacked, per_task, strict=True):
+        torch.testing.assert_close(a.actions, b.actions, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.observations, b.observations, rtol=1e-5, atol=1e-5)
+
+
 def same(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
     return all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
@@ -200,6 +241,16 @@ def test_seeded_runs_repeat() -> None:
 
 
 # --- lifetime and failures -------------------------------------------------------------------
+
+
+def test_the_workers_do_not_spin_unless_the_options_ask() -> None:
+    """The VecSampler underneath gets the sampler's options: spin_us=0 (its workers step for
+    milliseconds while this process infers), unless the options set a spin, which is kept."""
+    with meta_sampler("TabularMDP-v0", batch_size=2, num_workers=2) as s:
+        assert s.options.spin_us == 0.0
+    with meta_sampler("TabularMDP-v0", batch_size=2, num_workers=2,
+                      options=Options(spin_us=50)) as s:
+        assert s.options.spin_us == 50.0
 
 
 def test_misuse_raises_typed_errors() -> None:

@@ -9,7 +9,9 @@ the envs that can fall (Hopper, Walker2d, Ant, Humanoid) terminate too.
 
 from __future__ import annotations
 
+import copy
 import functools
+import json
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,9 +23,11 @@ import pytest
 
 import vecsample.envs  # registers the batch ids
 from vecsample import HostedVector, VecSampler
+from vecsample.envs.mujoco_batch import ENVS, batch_id_for
 from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
     RefusedKeywordError,
+    SeedCountError,
     TaskCountError,
     UnknownKeywordError,
 )
@@ -73,6 +77,7 @@ def step_side_by_side(ours: gym.vector.VectorEnv, theirs: gym.vector.VectorEnv, 
     space = theirs.action_space
     space.seed(seed)
     ends = 0
+    kept: Any = None  # a step's result, and a copy: later steps must not change what it holds
     for t in range(steps):
         if t == steps // 2:
             seeds = [seed * 100 + i for i in range(ours.num_envs)]
@@ -80,6 +85,9 @@ def step_side_by_side(ours: gym.vector.VectorEnv, theirs: gym.vector.VectorEnv, 
         action = space.sample()
         got, expected = ours.step(action), theirs.step(action)
         assert_same(got, expected, f"step {t}")
+        if kept is not None:
+            assert_same(kept[0], kept[1], f"step {t - 1}, kept")
+        kept = (got, copy.deepcopy(got))
         ends += int(np.sum(expected[2] | expected[3]))
     return ends
 
@@ -112,6 +120,29 @@ CASES = [
         "include_qfrc_actuator_in_observation": False, "contact_cost_range": (-np.inf, 1e-3),
         "contact_cost_weight": 1e-5, "healthy_z_range": (1.1, 1.9), "reset_noise_scale": 0.1,
         "exclude_current_positions_from_observation": False}),
+    ("HumanoidStandupBatch-v5", "HumanoidStandup-v5", {}),
+    ("HumanoidStandupBatch-v5", "HumanoidStandup-v5", {
+        "include_cinert_in_observation": False, "include_cfrc_ext_in_observation": False,
+        "impact_cost_range": (-np.inf, 1e-3), "impact_cost_weight": 1e-5,
+        "ctrl_cost_weight": 0.2, "uph_cost_weight": 3, "reset_noise_scale": 0.1,
+        "exclude_current_positions_from_observation": False}),
+    ("SwimmerBatch-v5", "Swimmer-v5", {}),
+    ("SwimmerBatch-v5", "Swimmer-v5", {
+        "forward_reward_weight": 2.0, "ctrl_cost_weight": 0.1, "reset_noise_scale": 0.3,
+        "exclude_current_positions_from_observation": False, "frame_skip": 3}),
+    ("InvertedPendulumBatch-v5", "InvertedPendulum-v5", {}),
+    ("InvertedPendulumBatch-v5", "InvertedPendulum-v5", {
+        "reset_noise_scale": 0.1, "frame_skip": 3}),
+    ("InvertedDoublePendulumBatch-v5", "InvertedDoublePendulum-v5", {}),
+    ("InvertedDoublePendulumBatch-v5", "InvertedDoublePendulum-v5", {
+        "healthy_reward": 3, "reset_noise_scale": 0.3, "frame_skip": 2}),
+    ("ReacherBatch-v5", "Reacher-v5", {}),
+    ("ReacherBatch-v5", "Reacher-v5", {
+        "reward_dist_weight": 0.5, "reward_control_weight": 0.3, "frame_skip": 3}),
+    ("PusherBatch-v5", "Pusher-v5", {}),
+    ("PusherBatch-v5", "Pusher-v5", {
+        "reward_near_weight": 1.0, "reward_dist_weight": 0.7, "reward_control_weight": 0.05,
+        "frame_skip": 3}),
 ]
 
 
@@ -188,6 +219,36 @@ def test_rendering_is_refused_with_the_way_to_render():
     with pytest.raises(RefusedKeywordError, match=r"render_mode='rgb_array'.*gymnasium\.make"):
         gym.make_vec("HalfCheetahBatch-v5", 2, render_mode="rgb_array")
     gym.make_vec("HalfCheetahBatch-v5", 2, render_mode=None).close()
+
+
+def test_each_batch_id_has_the_time_limit_of_the_registration_it_equals():
+    for spec in ENVS:
+        expected = gym.spec(spec.gym_id).max_episode_steps
+        assert spec.max_episode_steps == expected, spec.batch_id
+        assert gym.spec(spec.batch_id).max_episode_steps == expected, spec.batch_id
+
+
+def test_batch_id_for_names_the_batch_id_only_where_every_keyword_is_taken():
+    own = {"max_episode_steps": 5, "num_threads": 1, "autoreset_mode": "NextStep",
+           "render_mode": None}
+    assert batch_id_for("Hopper-v5", {}) == "HopperBatch-v5"
+    assert batch_id_for("Hopper-v5", {"healthy_reward": 2.0, **own}) == "HopperBatch-v5"
+    assert batch_id_for("Hopper-v5", {"render_mode": "rgb_array"}) is None
+    assert batch_id_for("Ant-v5", {"use_contact_forces": True}) is None
+    assert batch_id_for("HalfCheetahVel-v5", {"ctrl_cost_weight": 0.5}) is None
+    assert batch_id_for("HalfCheetahVel-v5", {"normalization_scale": 2.0}) == (
+        "HalfCheetahVelBatch-v5")
+    assert batch_id_for("CartPole-v1", {}) is None
+
+
+def test_a_wrong_number_of_seeds_is_refused_with_the_counts_and_the_fix():
+    env = gym.make_vec("HopperBatch-v5", 3)
+    try:
+        with pytest.raises(SeedCountError, match=r"one seed per env \(3\), got 2; pass an int, "
+                           r"None or a list of 3 seeds"):
+            env.reset(seed=[1, 2])
+    finally:
+        env.close()
 
 
 def test_actions_of_the_wrong_shape_are_refused():
@@ -383,8 +444,25 @@ def test_the_default_thread_count_is_the_cores_owned_capped_by_omp_num_threads(m
     assert default_threads() == 1
     env = gym.make_vec("HalfCheetahBatch-v5", 4, num_threads=2)
     try:
-        assert env.unwrapped.physics._threads == 2  # type: ignore[attr-defined]
+        assert env.unwrapped.physics.threads == 2  # type: ignore[attr-defined]
         env.reset(seed=0)
         assert np.isfinite(env.step(np.zeros((4, 6), dtype=np.float32))[0]).all()
     finally:
         env.close()
+
+
+# --- experiments/mujoco_floor.py on a tiny budget ------------------------------------------------
+
+
+def test_the_floor_script_steps_the_same_physics_in_its_three_loops(tmp_path):
+    out = tmp_path / "floor.json"
+    proc = helpers.run_script("mujoco_floor", "--envs", "Hopper-v5", "--num-envs", "3",
+                              "--env-steps", "90", "--rounds", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["env"] == "Hopper-v5" and row["same"] is True and row["batch_steps"] == 30
+    for loop in ("floor", "rr", "batch", "gym"):
+        assert len(row[f"{loop}_us_rounds"]) == 2 and row[f"{loop}_us"] > 0
+    ratios = [f / b for f, b in zip(row["floor_us_rounds"], row["batch_us_rounds"], strict=True)]
+    assert row["x_floor"] == pytest.approx(sum(ratios) / 2)  # the median of two rounds
+    assert "Hopper-v5" in proc.stdout and "× floor" in proc.stdout

@@ -29,8 +29,10 @@ class Baseline(Protocol):
 class _Buffer:
     """A zero-filled ``(capacity, batch, *shape)`` float32 array that doubles when full."""
 
-    def __init__(self, batch_size: int, shape: tuple[int, ...]) -> None:
-        self.data: NDArray[np.float32] = np.zeros((16, batch_size, *shape), dtype=np.float32)
+    def __init__(self, batch_size: int, shape: tuple[int, ...],
+                 data: NDArray[np.float32] | None = None) -> None:
+        self.data: NDArray[np.float32] = np.zeros((16, batch_size, *shape), dtype=np.float32) \
+            if data is None else data
 
     def write(self, steps: NDArray[np.int64], ids: NDArray[np.int64], values: ArrayLike) -> None:
         needed = int(steps.max()) + 1
@@ -41,6 +43,41 @@ class _Buffer:
             grown[: self.data.shape[0]] = self.data
             self.data = grown
         self.data[steps, ids] = values
+
+
+class EpisodeSteps:
+    """The steps of ``num_episodes`` episodes, appended a group of episodes at a time (one
+    write per array for the group), then cut into ``BatchEpisodes`` of consecutive episodes:
+    what ``BatchEpisodes.append`` per task would give, for a whole round at once."""
+
+    def __init__(self, num_episodes: int) -> None:
+        self._counts = np.zeros(num_episodes, dtype=np.int64)
+        self._buffers: dict[str, _Buffer] = {}
+
+    def append(self, episodes: NDArray[np.int64], observations: ArrayLike, actions: ArrayLike,
+               rewards: ArrayLike) -> None:
+        """One more step of each episode of ``episodes`` (distinct), whose row ``i`` of the
+        arrays belongs to episode ``episodes[i]``."""
+        steps = self._counts[episodes]
+        arrays = {"observations": observations, "actions": actions, "rewards": rewards}
+        for name, values in arrays.items():
+            rows = np.asarray(values, dtype=np.float32)
+            if name not in self._buffers:
+                self._buffers[name] = _Buffer(len(self._counts), rows.shape[1:])
+            self._buffers[name].write(steps, episodes, rows)
+        self._counts[episodes] += 1
+
+    def batch(self, start: int, stop: int, gamma: float,
+              device: str | torch.device) -> BatchEpisodes:
+        """Episodes ``start`` to ``stop`` (excluded) as one ``BatchEpisodes``, with copies of
+        their steps."""
+        batch = BatchEpisodes(stop - start, gamma=gamma, device=device)
+        batch._counts = self._counts[start:stop].copy()
+        length = len(batch)
+        for name, buffer in self._buffers.items():
+            data = np.array(buffer.data[:length, start:stop])
+            batch._buffers[name] = _Buffer(stop - start, data.shape[2:], data)
+        return batch
 
 
 class BatchEpisodes:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch.distributions import Distribution
 
 if TYPE_CHECKING:
@@ -38,12 +40,32 @@ def discounted_cumsum(values: torch.Tensor, *factors: float) -> torch.Tensor:
     """``out[t] = out[t + 1] * f1 * f2 ... + values[t]`` along dim 0 (returns-to-go, GAE).
 
     The factors are applied one by one, in pytorch-maml-rl's order, so that the results are
-    bitwise theirs.
+    bitwise theirs. A float32 CPU tensor that needs no gradient runs the same loop in numpy
+    (the same float32 operations, a few times faster than a torch op per step: the loop runs
+    at the end of every MAML round, while the workers wait).
     """
+    if values.device.type == "cpu" and values.dtype == torch.float32 and (
+            not values.requires_grad):
+        return torch.from_numpy(_discounted_cumsum_numpy(values.numpy(), factors))
     out = torch.zeros_like(values)
     running = torch.zeros_like(values[0])
     for t in range(values.shape[0] - 1, -1, -1):
         for factor in factors:
+            running = running * factor
+        running = running + values[t]
+        out[t] = running
+    return out
+
+
+def _discounted_cumsum_numpy(values: NDArray[np.float32],
+                             factors: Sequence[float]) -> NDArray[np.float32]:
+    """``discounted_cumsum``'s loop on a float32 array (each factor a float32, as torch casts a
+    Python scalar for a float32 tensor)."""
+    out = np.zeros_like(values)
+    running = np.zeros_like(values[0])
+    scalars = [np.float32(factor) for factor in factors]
+    for t in range(values.shape[0] - 1, -1, -1):
+        for factor in scalars:
             running = running * factor
         running = running + values[t]
         out[t] = running

@@ -33,17 +33,18 @@ from typing import Any, Protocol, cast
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.envs.registration import load_env_creator
+from numpy.typing import NDArray
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 import vecsample.envs  # noqa: F401  (registers the task envs, so their ids work out of the box)
 from vecsample import errors
 from vecsample.envs.base import Task, TaskEnv
-from vecsample.envs.mujoco_batch import BATCH_IDS
+from vecsample.envs.mujoco_batch import batch_id_for
 from vecsample.hosted import HostedVector
-from vecsample.maml.episodes import BatchEpisodes
+from vecsample.maml.episodes import BatchEpisodes, EpisodeSteps
 from vecsample.maml.errors import TaskEnvError
 from vecsample.maml.losses import reinforce_loss
+from vecsample.maml.policies import NormalMLPPolicy
 from vecsample.options import (
     DEFAULT_CONTEXT,
     DEFAULT_DEADLINE,
@@ -145,6 +146,24 @@ def _main_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+def _draw(loc: torch.Tensor, scale: torch.Tensor,
+          generator: torch.Generator | None) -> torch.Tensor:
+    """A sample of ``Normal(loc, scale)`` (``scale`` broadcast to ``loc``), from ``generator``
+    where there is one, as ``_sample`` draws it, else as ``Normal.sample()`` does."""
+    if generator is None:
+        return torch.normal(loc, scale.expand(loc.shape))
+    noise = torch.randn(loc.shape, generator=generator, device=loc.device)
+    return loc + scale * noise
+
+
+def _stacks(policy: MetaPolicy) -> bool:
+    """Whether ``policy`` is a ``NormalMLPPolicy`` whose forward is its own, so that
+    ``policy.stacked`` gives what its forward per group gives (a subclass that overrides
+    ``forward`` gets a forward per group)."""
+    return isinstance(policy, NormalMLPPolicy) and (
+        type(policy).forward is NormalMLPPolicy.forward)
+
+
 def _snapshot(policy: MetaPolicy, device: torch.device) -> Params:
     """Detached copies of the policy's parameters, leaves that can take gradients."""
     return OrderedDict(
@@ -159,8 +178,7 @@ def _sample(pi: Distribution, generator: torch.Generator | None) -> torch.Tensor
     if generator is None:
         return pi.sample()
     if isinstance(base, Normal):
-        noise = torch.randn(base.loc.shape, generator=generator, device=base.loc.device)
-        return base.loc + base.scale * noise
+        return _draw(base.loc, base.scale, generator)
     if isinstance(base, Categorical):
         return torch.multinomial(base.probs, 1, generator=generator).squeeze(-1)
     return pi.sample()
@@ -204,11 +222,14 @@ class MultiTaskSampler:
             replaces ``options``' value. This sampler sets ``autoreset_mode`` ('Disabled': one
             episode per env and round), ``check_actions`` (off: Gaussian actions are clipped by
             the envs), ``infos`` (on only for ``episode_info_keys``) and the VecSampler's seed
-            (drawn from ``seed``); ``pipeline``, ``record`` and ``replay`` are refused.
+            (drawn from ``seed``), and ``spin_us`` where you leave it unset (0: the workers
+            step for milliseconds while this process infers, so a spin would only take their
+            cores); ``pipeline``, ``record`` and ``replay`` are refused.
         batch_envs: Whether to sample the batch-native form of ``env_name`` where it has one
             (``vecsample.envs.BATCH_IDS``: HalfCheetahVel/Dir, AntVel/Dir/Pos, docs/
-            mujoco_batch.md): each worker then steps one ``HostedVector`` of its block, its
-            physics through ``mujoco.rollout``, instead of one gymnasium env per row. The
+            mujoco_batch.md): each worker then steps one ``HostedVector`` of its block (one
+            ``MjData`` per env, observations and rewards computed over the block in numpy)
+            instead of one gymnasium env per row. The
             episodes are the same, bit for bit, for the same seed [``test_mujoco_maml.py``].
             ``env_kwargs`` that only the single envs take (the v5 reward keywords, which they
             ignore) keep the single envs. False: single envs always. The attribute
@@ -508,10 +529,7 @@ class _Rollout:
         self.params = params
         self.batch_size = sampler.batch_size
         self.num_real = len(request.tasks) * self.batch_size
-        self.episodes = [
-            BatchEpisodes(self.batch_size, gamma=request.gamma, device=request.device)
-            for _ in request.tasks
-        ]
+        self.steps = EpisodeSteps(self.num_real)  # every env's episode, cut per task at the end
         space = vec.single_action_space
         self.actions = np.zeros((vec.num_envs, *(space.shape or ())), dtype=space.dtype)
         self.active = np.zeros(vec.num_envs, dtype=bool)
@@ -528,10 +546,13 @@ class _Rollout:
         while self.sent_at:
             for result in self._receive():
                 self._send(self._record(result))
+        size, request = self.batch_size, self.request
+        batches = [self.steps.batch(k * size, (k + 1) * size, request.gamma, request.device)
+                   for k in range(len(request.tasks))]
         for key, values in self.ends.items():
-            for k, episodes in enumerate(self.episodes):
-                episodes.log(key, values[k * self.batch_size : (k + 1) * self.batch_size])
-        return self.episodes
+            for k, episodes in enumerate(batches):
+                episodes.log(key, values[k * size : (k + 1) * size])
+        return batches
 
     def _receive(self) -> list[StepResult]:
         """A partial batch; polls in slices of POLL_S so that close() is noticed."""
@@ -567,27 +588,44 @@ class _Rollout:
         self.sent_at[w] = time.monotonic()
 
     def _act(self, ids: range, generator: torch.Generator | None) -> None:
-        """Actions for the active envs of ``ids``: one forward per shared parameter set."""
-        groups: dict[int, list[int]] = {}
-        for k in self._tasks_in(ids):
-            groups.setdefault(id(self.params[k]), []).append(k)
-        for tasks in groups.values():
-            rows = np.concatenate([self._rows(k, ids) for k in tasks])
-            if rows.size == 0:
-                continue
-            with torch.no_grad():
-                x = torch.as_tensor(self.obs[rows], device=self.request.device)
-                pi = self.sampler.policy(x, params=self.params[tasks[0]])
+        """Actions for the active envs of ``ids``: one forward per shared parameter set (the
+        rows of its tasks, in task order; the sets in the order of their first task)."""
+        active = self._active_rows(ids)
+        per_task = np.split(active, np.flatnonzero(np.diff(active // self.batch_size)) + 1)
+        sets: dict[int, tuple[Params, list[NDArray[np.int64]]]] = {}
+        for task_rows in per_task:
+            params = self.params[int(task_rows[0]) // self.batch_size]
+            sets.setdefault(id(params), (params, []))[1].append(task_rows)
+        groups = [(params, chunks[0] if len(chunks) == 1 else np.concatenate(chunks))
+                  for params, chunks in sets.values()]
+        policy, device = self.sampler.policy, self.request.device
+        with torch.no_grad():
+            if len(groups) > 1 and _stacks(policy):
+                self._act_stacked(cast(NormalMLPPolicy, policy), groups, generator)
+                return
+            for params, rows in groups:
+                pi = policy(torch.as_tensor(self.obs[rows], device=device), params=params)
                 self.actions[rows] = _sample(pi, generator).cpu().numpy()
 
-    def _tasks_in(self, ids: range) -> range:
-        last = min(ids.stop, self.num_real) - 1
-        return range(ids.start // self.batch_size, last // self.batch_size + 1)
+    def _act_stacked(self, policy: NormalMLPPolicy, groups: list[tuple[Params, NDArray[np.int64]]],
+                     generator: torch.Generator | None) -> None:
+        """``_act``'s forwards for a ``NormalMLPPolicy``: the groups of as many rows in one
+        stacked forward (``policy.stacked``), the noise drawn per group in ``_act``'s order."""
+        by_size: dict[int, list[int]] = {}
+        for g, (_, rows) in enumerate(groups):
+            by_size.setdefault(rows.size, []).append(g)
+        gaussians: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for members in by_size.values():
+            x = np.stack([self.obs[groups[g][1]] for g in members])
+            loc, scale = policy.stacked(torch.as_tensor(x, device=self.request.device),
+                                        [groups[g][0] for g in members])
+            gaussians.update({g: (loc[k], scale[k]) for k, g in enumerate(members)})
+        for g, (_, rows) in enumerate(groups):
+            self.actions[rows] = _draw(*gaussians[g], generator).cpu().numpy()
 
-    def _rows(self, k: int, ids: range) -> np.ndarray:
-        lo = max(ids.start, k * self.batch_size)
-        hi = min(ids.stop, (k + 1) * self.batch_size)
-        return lo + np.flatnonzero(self.active[lo:hi])
+    def _active_rows(self, ids: range) -> NDArray[np.int64]:
+        """The envs of ``ids`` still in their episode (never a spare env), in order."""
+        return ids.start + np.flatnonzero(self.active[ids.start : ids.stop])
 
     def _record(self, result: StepResult) -> int:
         """Appends the step of every env that was active, retires those that ended.
@@ -597,15 +635,10 @@ class _Rollout:
         if worker is None:
             raise errors.PendingCallError("step_recv returned a result without its worker.")
         del self.sent_at[worker]
-        for k in self._tasks_in(ids):
-            rows = self._rows(k, ids)
-            local = rows - ids.start
-            self.episodes[k].append(
-                self.obs[rows],
-                self.actions[rows],
-                result.rewards[local],
-                rows - k * self.batch_size,
-            )
+        rows = self._active_rows(ids)
+        if rows.size:
+            self.steps.append(rows, self.obs[rows], self.actions[rows],
+                              np.asarray(result.rewards)[rows - ids.start])
         for g, info in result.infos.items():  # only envs whose episode ended have one
             for key, values in self.ends.items():
                 if g < self.num_real and self.active[g] and key in info:
@@ -637,13 +670,7 @@ def _batch_form(env_name: str, env_kwargs: dict[str, Any]) -> str | None:
     """``env_name``'s batch-native id, if it has one that takes every keyword of
     ``env_kwargs`` (the batch task envs refuse the v5 reward keywords that their single envs
     take and ignore); else None."""
-    batch_id = BATCH_IDS.get(env_name)
-    if batch_id is None:
-        return None
-    entry = gym.spec(batch_id).vector_entry_point
-    env_class = load_env_creator(entry) if isinstance(entry, str) else entry
-    accepted = {*getattr(env_class, "DEFAULTS", {}), "max_episode_steps", "num_threads"}
-    return batch_id if set(env_kwargs) <= accepted else None
+    return batch_id_for(env_name, env_kwargs)
 
 
 #: The options this sampler sets itself: (value, why).
@@ -658,11 +685,19 @@ _FIXED: dict[str, tuple[Any, str]] = {
 }
 
 
+#: The options this sampler chooses where you leave them at Options' default.
+_CHOSEN: dict[str, Any] = {
+    # No spin: a worker steps its block for milliseconds while this process infers and records
+    # for the other; a spin (200 us per wait, on both sides) only takes a core from them.
+    "spin_us": 0.0,
+}
+
+
 def _sampler_options(options: Options | None, **named: Any) -> Options:
     """``options`` with the named arguments that differ from their defaults (Options' own)."""
     given = {name: value for name, value in named.items()
              if not _is_default(value, getattr(DEFAULTS, name))}
-    return adapted(options, given, where="MultiTaskSampler", fixed=_FIXED)
+    return adapted(options, given, where="MultiTaskSampler", defaults=_CHOSEN, fixed=_FIXED)
 
 
 def _is_default(value: Any, default: Any) -> bool:

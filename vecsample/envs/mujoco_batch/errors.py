@@ -52,3 +52,13 @@ class TaskCountError(BatchEnvError):
                          f"{got}; pass a sequence of {expected} tasks, in row order.")
         self.expected_count = expected
         self.got_count = got
+
+
+class SeedCountError(BatchEnvError):
+    """``reset(seed=[...])`` with another number of seeds than envs."""
+
+    def __init__(self, *, env: str, expected: int, got: int) -> None:
+        super().__init__(f"{env}.reset(seed=...) expected one seed per env ({expected}), got "
+                         f"{got}; pass an int, None or a list of {expected} seeds.")
+        self.expected_count = expected
+        self.got_count = got

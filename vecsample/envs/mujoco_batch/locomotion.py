@@ -1,4 +1,5 @@
-"""HalfCheetah, Hopper, Walker2d, Ant and Humanoid at v5, computed for the whole batch.
+"""HalfCheetah, Hopper, Walker2d, Ant, Humanoid, HumanoidStandup and Swimmer at v5, computed
+for the whole batch.
 
 Each class takes its gymnasium v5 counterpart's keywords, with the same defaults (``DEFAULTS``),
 and computes what that env's ``step`` computes, over every env at once, in the same floating
@@ -13,24 +14,10 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from vecsample.envs.mujoco_batch.arrays import Array, Bools, control_cost, row_norm
 from vecsample.envs.mujoco_batch.infos import Columns
 from vecsample.envs.mujoco_batch.physics import Field
-from vecsample.envs.mujoco_batch.vector import Array, BatchMujocoEnv
-
-Bools = NDArray[np.bool_]
-
-
-def control_cost(weight: float, actions: NDArray[Any]) -> NDArray[Any]:
-    """``weight * sum(action^2)`` per row, in the actions' dtype (float32 actions give a
-    float32 cost, as gymnasium's ``control_cost`` does under numpy's promotion rules)."""
-    return weight * np.sum(np.square(actions), axis=1)  # type: ignore[no-any-return]
-
-
-def planar_norm(qpos: Array) -> Array:
-    """``np.linalg.norm(qpos[0:2], ord=2)`` per row: the square root of a dot product, which
-    ``matmul`` of (1, 2) by (2, 1) computes as ``dot`` does (``x*x + y*y`` rounds otherwise)."""
-    xy = np.ascontiguousarray(qpos[:, 0:2])
-    return np.sqrt(np.matmul(xy[:, None, :], xy[:, :, None])[:, 0, 0])  # type: ignore[no-any-return]
+from vecsample.envs.mujoco_batch.vector import BatchMujocoEnv
 
 
 class HalfCheetahBatchEnv(BatchMujocoEnv):
@@ -196,10 +183,48 @@ class AntBatchEnv(BatchMujocoEnv):
     def _reset_info(self) -> Columns:
         qpos = self.physics.qpos
         return {"x_position": qpos[:, 0].copy(), "y_position": qpos[:, 1].copy(),
-                "distance_from_origin": planar_norm(qpos)}
+                "distance_from_origin": row_norm(qpos[:, 0:2])}
 
 
-class HumanoidBatchEnv(BatchMujocoEnv):
+class _HumanoidBody(BatchMujocoEnv):
+    """Humanoid and HumanoidStandup: the same observation (``qpos``, ``qvel`` and, each on
+    request, cinert, cvel, qfrc_actuator and cfrc_ext), ``cfrc_ext`` after the step, and the
+    tendons in the infos."""
+
+    POST_CONSTRAINT = True
+    #: The optional observation parts, in order: (keyword, field, first row kept).
+    PARTS = (("include_cinert_in_observation", "cinert", 1),
+             ("include_cvel_in_observation", "cvel", 1),
+             ("include_qfrc_actuator_in_observation", "qfrc_actuator", 6),
+             ("include_cfrc_ext_in_observation", "cfrc_ext", 1))
+    #: The ``MjData`` fields read, beyond qpos and qvel.
+    FIELDS: ClassVar[tuple[str, ...]] = ("cinert", "cvel", "qfrc_actuator", "cfrc_ext",
+                                         "ten_length", "ten_velocity")
+
+    def _fields(self) -> list[Field]:
+        return [Field(name, name) for name in self.FIELDS]
+
+    def _observe(self) -> Array:
+        p = self.physics
+        skip = 2 * int(self.config["exclude_current_positions_from_observation"])
+        parts = [p.qpos[:, skip:], p.qvel]
+        for keyword, name, first in self.PARTS:
+            if self.config[keyword] is True:
+                parts.append(p.fields[name][:, first:].reshape(self.num_envs, -1))
+        return np.concatenate(parts, axis=1)
+
+    def _contact_cost(self, weight: float, bounds: tuple[float, float]) -> Array:
+        """``clip(weight * sum(cfrc_ext^2), *bounds)`` per row."""
+        squares = np.square(self.physics.fields["cfrc_ext"]).reshape(self.num_envs, -1)
+        return np.clip(weight * squares.sum(axis=1), *bounds)  # type: ignore[no-any-return]
+
+    def _tendons(self) -> Columns:
+        p = self.physics
+        return {"tendon_length": p.fields["ten_length"].copy(),
+                "tendon_velocity": p.fields["ten_velocity"].copy()}
+
+
+class HumanoidBatchEnv(_HumanoidBody):
     """``Humanoid-v5`` × ``num_envs``: the centre of mass's velocity, health, control and
     contact costs; the observation adds cinert, cvel, qfrc_actuator and cfrc_ext."""
 
@@ -211,26 +236,7 @@ class HumanoidBatchEnv(BatchMujocoEnv):
         "reset_noise_scale": 1e-2, "exclude_current_positions_from_observation": True,
         "include_cinert_in_observation": True, "include_cvel_in_observation": True,
         "include_qfrc_actuator_in_observation": True, "include_cfrc_ext_in_observation": True}
-    POST_CONSTRAINT = True
-    #: The optional observation parts, in order: (keyword, field, first row kept).
-    PARTS = (("include_cinert_in_observation", "cinert", 1),
-             ("include_cvel_in_observation", "cvel", 1),
-             ("include_qfrc_actuator_in_observation", "qfrc_actuator", 6),
-             ("include_cfrc_ext_in_observation", "cfrc_ext", 1))
-
-    def _fields(self) -> list[Field]:
-        names = ("xipos", "cinert", "cvel", "qfrc_actuator", "cfrc_ext", "ten_length",
-                 "ten_velocity")
-        return [Field(name, name) for name in names]
-
-    def _observe(self) -> Array:
-        p = self.physics
-        skip = 2 * int(self.config["exclude_current_positions_from_observation"])
-        parts = [p.qpos[:, skip:], p.qvel]
-        for keyword, name, first in self.PARTS:
-            if self.config[keyword] is True:
-                parts.append(p.fields[name][:, first:].reshape(self.num_envs, -1))
-        return np.concatenate(parts, axis=1)
+    FIELDS = ("xipos", *_HumanoidBody.FIELDS)
 
     def _before(self) -> Array:
         """gymnasium's ``mass_center``: the bodies' mass-weighted ``xipos``, x and y."""
@@ -245,9 +251,8 @@ class HumanoidBatchEnv(BatchMujocoEnv):
         low, high = c["healthy_z_range"]
         healthy = (low < p.qpos[:, 2]) & (p.qpos[:, 2] < high)
         survive = healthy * c["healthy_reward"]
-        ctrl = c["ctrl_cost_weight"] * np.sum(np.square(p.control[:, -1]), axis=1)
-        contact = np.clip(c["contact_cost_weight"] * np.sum(np.square(
-            p.fields["cfrc_ext"]).reshape(self.num_envs, -1), axis=1), *c["contact_cost_range"])
+        ctrl = c["ctrl_cost_weight"] * np.square(p.control).sum(axis=1)
+        contact = self._contact_cost(c["contact_cost_weight"], c["contact_cost_range"])
         infos = {**self._reset_info(), "x_velocity": xy_velocity[:, 0],
                  "y_velocity": xy_velocity[:, 1], "reward_survive": survive,
                  "reward_forward": forward, "reward_ctrl": -ctrl, "reward_contact": -contact}
@@ -255,8 +260,71 @@ class HumanoidBatchEnv(BatchMujocoEnv):
         return (forward + survive) - (ctrl + contact), terminated, infos
 
     def _reset_info(self) -> Columns:
+        qpos = self.physics.qpos
+        return {"x_position": qpos[:, 0].copy(), "y_position": qpos[:, 1].copy(),
+                **self._tendons(), "distance_from_origin": row_norm(qpos[:, 0:2])}
+
+
+class HumanoidStandupBatchEnv(_HumanoidBody):
+    """``HumanoidStandup-v5`` × ``num_envs``: reward = the torso's height / timestep - control
+    and impact costs + 1; never terminates. ``uph_cost_weight`` is taken and, as in gymnasium,
+    not used."""
+
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "xml_file": "humanoidstandup.xml", "frame_skip": 5, "uph_cost_weight": 1,
+        "ctrl_cost_weight": 0.1, "impact_cost_weight": 0.5e-6,
+        "impact_cost_range": (-np.inf, 10.0), "reset_noise_scale": 1e-2,
+        "exclude_current_positions_from_observation": True,
+        "include_cinert_in_observation": True, "include_cvel_in_observation": True,
+        "include_qfrc_actuator_in_observation": True, "include_cfrc_ext_in_observation": True}
+
+    def _before(self) -> None:
+        return None
+
+    def _evaluate(self, actions: NDArray[Any], before: None) -> tuple[Array, Bools, Columns]:
+        c, p = self.config, self.physics
+        uph = p.qpos[:, 2] / p.model.opt.timestep
+        ctrl = c["ctrl_cost_weight"] * np.square(p.control).sum(axis=1)
+        impact = self._contact_cost(c["impact_cost_weight"], c["impact_cost_range"])
+        infos = {**self._reset_info(), "reward_linup": uph, "reward_quadctrl": -ctrl,
+                 "reward_impact": -impact}
+        return uph - ctrl - impact + 1, np.zeros(self.num_envs, dtype=np.bool_), infos
+
+    def _reset_info(self) -> Columns:
         p = self.physics
         return {"x_position": p.qpos[:, 0].copy(), "y_position": p.qpos[:, 1].copy(),
-                "tendon_length": p.fields["ten_length"].copy(),
-                "tendon_velocity": p.fields["ten_velocity"].copy(),
-                "distance_from_origin": planar_norm(p.qpos)}
+                "z_distance_from_origin": p.qpos[:, 2] - p.init_qpos[2], **self._tendons()}
+
+
+class SwimmerBatchEnv(BatchMujocoEnv):
+    """``Swimmer-v5`` × ``num_envs``: reward = forward velocity - control cost; never
+    terminates."""
+
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        "xml_file": "swimmer.xml", "frame_skip": 4, "forward_reward_weight": 1.0,
+        "ctrl_cost_weight": 1e-4, "reset_noise_scale": 0.1,
+        "exclude_current_positions_from_observation": True}
+
+    def _observe(self) -> Array:
+        skip = 2 * int(self.config["exclude_current_positions_from_observation"])
+        return np.concatenate((self.physics.qpos[:, skip:], self.physics.qvel), axis=1)
+
+    def _before(self) -> Array:
+        return self.physics.qpos[:, 0:2].copy()
+
+    def _evaluate(self, actions: NDArray[Any], before: Array) -> tuple[Array, Bools, Columns]:
+        c = self.config
+        after = self.physics.qpos[:, 0:2].copy()
+        xy_velocity = (after - before) / self.dt
+        forward = c["forward_reward_weight"] * xy_velocity[:, 0]
+        ctrl = control_cost(c["ctrl_cost_weight"], actions)
+        infos = {"x_position": after[:, 0], "y_position": after[:, 1],
+                 "distance_from_origin": row_norm(after), "x_velocity": xy_velocity[:, 0],
+                 "y_velocity": xy_velocity[:, 1], "reward_forward": forward,
+                 "reward_ctrl": -ctrl}
+        return forward - ctrl, np.zeros(self.num_envs, dtype=np.bool_), infos
+
+    def _reset_info(self) -> Columns:
+        qpos = self.physics.qpos
+        return {"x_position": qpos[:, 0].copy(), "y_position": qpos[:, 1].copy(),
+                "distance_from_origin": row_norm(qpos[:, 0:2])}

@@ -1,7 +1,7 @@
-"""The physics of a batch: one ``MjData`` per env, stepped through ``mujoco.rollout``.
+"""The physics of a batch: one ``MjData`` per env, stepped with ``mj_step`` as gymnasium steps it.
 
-Why one ``MjData`` per env, and one rollout call per env rather than one for the batch: a
-gymnasium v5 env keeps its ``MjData`` from step to step, and two things in it that a rollout
+Why one ``MjData`` per env, and one call per env rather than one batched rollout: a gymnasium
+v5 env keeps its ``MjData`` from step to step, and two things in it that ``mujoco.rollout``
 neither takes in full nor gives back decide the next step to the last bit:
 
 - ``qacc_warmstart``, where the constraint solver starts. ``rollout`` takes it in
@@ -13,15 +13,23 @@ neither takes in full nor gives back decide the next step to the last bit:
   ``mj_rnePostConstraint``). Under RK4 they come from the last Runge-Kutta stage, a state that
   no rollout output (states or sensors) holds.
 
-So each env's ``MjData`` persists, and each step is one ``Rollout.rollout`` call on it (the
-physics in C, the GIL released), after which that ``MjData`` holds exactly what gymnasium's
-holds. The per-env cost in Python is one call and a few copies; observations, rewards and infos
-are then computed for the whole batch in numpy. With more than one core, the rows are split
-among that many threads, each with its own ``Rollout``, stepping its rows while the others run.
+So each env's ``MjData`` persists, and each step is gymnasium's own: ``data.ctrl[:] = action``,
+``mj_step(model, data, frame_skip)`` and, for an env that reads ``cfrc_ext``,
+``mj_rnePostConstraint``. That ``MjData`` then holds exactly what gymnasium's holds. The Python
+per env is those calls, as in the floor (``frame_skip`` × ``mj_step`` on one ``MjData``,
+experiments/mujoco_floor.py); ``qpos``, ``qvel`` and the fields the env reads are gathered for
+the whole batch by one ``np.concatenate`` each, over views of every ``MjData`` made once, and
+observations, rewards and infos are computed for the batch in numpy.
 
-A rollout stops stepping an env at the first MuJoCo warning (an unstable state, a bad control);
-gymnasium's ``mj_step`` goes on. Such a row is finished with ``mj_step`` on its ``MjData``, so
-it ends where gymnasium's does.
+(Until issue 34 each step was one ``Rollout.rollout`` call per env, with the same physics bit
+for bit: its ten arguments, the state it sets and copies out at every physics step, the warm
+start copied in and out, cost about 3.5 µs more per env step than ``mj_step`` on HalfCheetah × 32,
+a tenth of the physics.)
+
+Threads: ``mj_step`` releases the GIL. With more than one thread the envs are split into
+contiguous blocks, one per thread; each thread steps its block's envs and then gathers its
+block's rows, so one thread's gather (numpy, under the GIL) runs while the others are in
+``mj_step``.
 """
 
 from __future__ import annotations
@@ -33,17 +41,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
+from vecsample.envs.mujoco_batch.arrays import Array, Bools
 from vecsample.extras import require
 
 mujoco = require("mujoco", feature="the batch-native MuJoCo envs (HalfCheetahBatch-v5, ...)")
-# ruff: noqa: E402
-from mujoco import rollout as mj_rollout
-
-Array = NDArray[np.float64]
-FULLPHYSICS = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
-CTRL = mujoco.mjtState.mjSTATE_CTRL.value
+#: The state a reset sets: time, qpos, qvel, act, the warm start, the controls and applied
+#: forces, mocap and user data (everything ``mj_step`` and ``mj_forward`` read).
+INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION.value
 
 
 @dataclass(frozen=True)
@@ -78,9 +83,8 @@ def default_threads() -> int:
 class Physics:
     """``num_envs`` copies of one model, each with its own ``MjData``.
 
-    ``state`` holds every env's full physics state (``mjSTATE_FULLPHYSICS``: time, qpos, qvel,
-    act); ``qpos`` and ``qvel`` are views into it. ``fields`` holds the ``Field``s gathered after
-    each step and reset.
+    ``control`` holds the controls of the next step (one row per env); ``qpos``, ``qvel`` and
+    ``fields`` (the ``Field``s) hold every env's, gathered after each step and reset.
     """
 
     def __init__(self, model_path: str, num_envs: int, frame_skip: int,
@@ -93,104 +97,110 @@ class Physics:
         self.init_qpos = self.datas[0].qpos.ravel().copy()
         self.init_qvel = self.datas[0].qvel.ravel().copy()
         m = self.model
-        self.nstate = mujoco.mj_stateSize(m, FULLPHYSICS)
-        self.state = np.zeros((num_envs, self.nstate))
+        # The state of a fresh MjData (mj_makeData resets it), with qpos and qvel's places in it.
+        self._initial = np.zeros(mujoco.mj_stateSize(m, INTEGRATION))
+        mujoco.mj_getState(m, self.datas[0], self._initial, INTEGRATION)
         at = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME.value)
-        self.qpos: Array = self.state[:, at:at + m.nq]
-        self.qvel: Array = self.state[:, at + m.nq:at + m.nq + m.nv]
-        self.control = np.zeros((num_envs, frame_skip, m.nu))
-        self._out = np.zeros((num_envs, frame_skip, self.nstate))
-        self._warm = np.zeros((num_envs, m.nv))
-        self._specs = list(fields)
+        self._qpos_at, self._qvel_at = slice(at, at + m.nq), slice(at + m.nq, at + m.nq + m.nv)
+        # What mj_resetData zeroes and mj_forward leaves alone: mj_rnePostConstraint's outputs
+        # (zero for good in an env that never calls it).
+        self._post_outputs = [(d.cacc, d.cfrc_int, d.cfrc_ext) if post_constraint else ()
+                              for d in self.datas]
+        self.qpos: Array = np.zeros((num_envs, m.nq))
+        self.qvel: Array = np.zeros((num_envs, m.nv))
+        self.control: Array = np.zeros((num_envs, m.nu))
         self.fields = {f.key: np.zeros((num_envs, *np.shape(f.view(self.datas[0]))))
-                       for f in self._specs}
-        self._rows = [_RowViews(self, i) for i in range(num_envs)]
-        self._threads = max(1, min(num_threads or default_threads(), num_envs))
-        self._pool = ThreadPoolExecutor(self._threads - 1) if self._threads > 1 else None
-        self._rollouts = [mj_rollout.Rollout(nthread=0) for _ in range(self._threads)]
-        for i in range(num_envs):
-            self._capture(i)
+                       for f in fields}
+        #: (batch array, that array's view of each env's ``MjData``) for every gathered array.
+        self.sources = [(self.qpos, [d.qpos for d in self.datas]),
+                        (self.qvel, [d.qvel for d in self.datas]),
+                        *((self.fields[f.key], [f.view(d) for d in self.datas]) for f in fields)]
+        threads = max(1, min(num_threads or default_threads(), num_envs))
+        self.blocks = [_Block(self, int(rows[0]), int(rows[-1]) + 1)
+                       for rows in np.array_split(np.arange(num_envs), threads)]
+        self._pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
+        for block in self.blocks:
+            block.gather()
 
     @property
     def dt(self) -> float:
         """Seconds of simulated time per env step (gymnasium's ``MujocoEnv.dt``)."""
         return float(self.model.opt.timestep * self.frame_skip)
 
-    def step(self, actions: NDArray[Any], rows: NDArray[np.intp]) -> None:
-        """Steps the envs of ``rows`` by ``frame_skip`` physics steps with ``actions[rows]``
-        as their controls (cast to float64, as ``data.ctrl[:] = action`` does)."""
-        self.control[rows] = actions[rows, None, :]
-        chunks = [c for c in np.array_split(rows, self._threads) if c.size]
-        futures = [self._pool.submit(self._step_rows, self._rollouts[k + 1], chunk)
-                   for k, chunk in enumerate(chunks[1:]) if self._pool is not None]
-        if chunks:
-            self._step_rows(self._rollouts[0], chunks[0])  # this thread steps the first rows
+    @property
+    def threads(self) -> int:
+        """The threads that step the physics (one block of envs each)."""
+        return len(self.blocks)
+
+    def step(self, controls: Array, stepped: Bools | None = None) -> None:
+        """Steps the envs of ``stepped`` (every env for None) by ``frame_skip`` physics steps
+        with their rows of ``controls`` (cast to float64, as ``data.ctrl[:] = action`` does),
+        and gathers every env's arrays."""
+        np.copyto(self.control, controls)
+        first, *others = self.blocks
+        futures = [self._pool.submit(block.step, stepped) for block in others
+                   if self._pool is not None]
+        first.step(stepped)  # this thread steps the first block
         for future in futures:
             future.result()
-        self.state[rows] = self._out[rows, -1]
-
-    def _step_rows(self, runner: Any, rows: NDArray[np.intp]) -> None:
-        model, nstep, post = [self.model], self.frame_skip, self.post_constraint
-        for i in rows.tolist():
-            row = self._rows[i]
-            np.copyto(row.warm[0], row.warm_source)
-            runner.rollout(model, row.data, row.state0, row.control, control_spec=CTRL,
-                           skip_checks=True, nstep=nstep, initial_warmstart=row.warm,
-                           state=row.out, sensordata=None, chunk_size=None)
-            if nstep > 1 and row.out[0, -1, 0] == row.out[0, -2, 0]:
-                self._finish(i)  # the rollout stopped at a warning; gymnasium steps on
-            if post:
-                mujoco.mj_rnePostConstraint(self.model, row.data[0])
-            for target, source in row.fields:
-                np.copyto(target, source)
-
-    def _finish(self, i: int) -> None:
-        """Completes the step of env ``i`` that a rollout cut short at a warning (it repeats
-        the state it stopped at), with ``mj_step`` as gymnasium does, and records its state."""
-        times = self._out[i, :, 0]
-        stopped = int(np.flatnonzero(times[1:] == times[:-1])[0]) + 1
-        data = self.datas[i]
-        mujoco.mj_step(self.model, data, nstep=self.frame_skip - stopped)
-        mujoco.mj_getState(self.model, data, self._out[i, -1], FULLPHYSICS)
 
     def reset(self, rows: Sequence[int], qpos: Array, qvel: Array) -> None:
-        """gymnasium's ``MujocoEnv.reset`` + ``set_state`` for each env of ``rows``:
-        ``mj_resetData``, then ``qpos`` and ``qvel`` (one row per env of ``rows``) and
-        ``mj_forward``."""
-        for k, i in enumerate(rows):
+        """gymnasium's ``MujocoEnv.reset`` + ``set_state`` for each env of ``rows``: the state
+        ``mj_resetData`` leaves, with ``qpos`` and ``qvel`` (one row per env of ``rows``), then
+        ``mj_forward``; then the env's arrays are gathered. One ``mj_setState`` sets that state,
+        and the outputs of ``mj_rnePostConstraint`` (which ``mj_forward`` does not compute) are
+        zeroed: ``mj_resetData`` clears all of ``MjData``, 5-10 µs, where ``mj_step`` and
+        ``mj_forward`` read only this state (the tests compare every env after resets)."""
+        states = np.repeat(self._initial[None], len(rows), axis=0)
+        states[:, self._qpos_at] = qpos
+        states[:, self._qvel_at] = qvel
+        for state, i in zip(states, rows, strict=True):
             data = self.datas[i]
-            mujoco.mj_resetData(self.model, data)
-            data.qpos[:] = qpos[k]
-            data.qvel[:] = qvel[k]
+            mujoco.mj_setState(self.model, data, state, INTEGRATION)
+            for output in self._post_outputs[i]:
+                output[:] = 0.0
             mujoco.mj_forward(self.model, data)
-            self._capture(i)
-
-    def _capture(self, i: int) -> None:
-        """Reads env ``i``'s state and fields from its ``MjData`` into the batch arrays."""
-        row = self._rows[i]
-        mujoco.mj_getState(self.model, row.data[0], self.state[i], FULLPHYSICS)
-        for target, source in row.fields:
-            np.copyto(target, source)
+            for target, views in self.sources:
+                target[i] = views[i]
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        for runner in self._rollouts:
-            runner.close()
-        self._rollouts = []
 
 
-class _RowViews:
-    """What one env's rollout call reads and writes, made once: views into the batch arrays
-    (rows of ``(1, ...)`` as a rollout of one env takes them) and into its ``MjData``."""
+class _Block:
+    """The envs ``lo`` to ``hi`` (excluded), which one thread steps: each env's ``MjData``
+    with views of its ``ctrl`` and of its control row, and, for each gathered array, the views
+    to concatenate and the batch rows they fill (flat views, made once)."""
 
-    def __init__(self, physics: Physics, i: int) -> None:
-        data = physics.datas[i]
-        self.data = [data]
-        self.state0 = physics.state[i:i + 1]
-        self.control = physics.control[i:i + 1]
-        self.out = physics._out[i:i + 1]
-        self.warm = physics._warm[i:i + 1]
-        self.warm_source = data.qacc_warmstart
-        self.fields = [(physics.fields[f.key][i], f.view(data)) for f in physics._specs]
+    def __init__(self, physics: Physics, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+        self.model, self.frame_skip = physics.model, physics.frame_skip
+        self.post_constraint = physics.post_constraint
+        self.envs = [(physics.datas[i], physics.datas[i].ctrl, physics.control[i])
+                     for i in range(lo, hi)]
+        self.gathers = [([view.reshape(-1) for view in views[lo:hi]], target[lo:hi].reshape(-1))
+                        for target, views in physics.sources]
+
+    def step(self, stepped: Bools | None) -> None:
+        """Steps this block's envs (those of ``stepped``), then gathers its rows."""
+        envs = self.envs if stepped is None else [
+            self.envs[k] for k in np.flatnonzero(stepped[self.lo:self.hi]).tolist()]
+        model, skip, step = self.model, self.frame_skip, mujoco.mj_step
+        if self.post_constraint:
+            post = mujoco.mj_rnePostConstraint
+            for data, ctrl, control in envs:
+                ctrl[:] = control
+                step(model, data, skip)
+                post(model, data)
+        else:
+            for data, ctrl, control in envs:
+                ctrl[:] = control
+                step(model, data, skip)
+        self.gather()
+
+    def gather(self) -> None:
+        """Copies this block's envs' ``MjData`` fields into their batch rows."""
+        for views, out in self.gathers:
+            np.concatenate(views, out=out)

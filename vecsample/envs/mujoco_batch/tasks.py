@@ -30,12 +30,11 @@ from vecsample.envs.mujoco import (
     ANT_SURVIVE_REWARD,
     CHEETAH_CTRL_COST,
 )
+from vecsample.envs.mujoco_batch.arrays import Array, Bools
 from vecsample.envs.mujoco_batch.errors import TaskCountError
 from vecsample.envs.mujoco_batch.infos import Columns
 from vecsample.envs.mujoco_batch.physics import Field
-from vecsample.envs.mujoco_batch.vector import Array, BatchMujocoEnv
-
-Bools = NDArray[np.bool_]
+from vecsample.envs.mujoco_batch.vector import BatchMujocoEnv
 
 
 class _TaskBatchEnv(BatchMujocoEnv):
@@ -58,6 +57,9 @@ class _TaskBatchEnv(BatchMujocoEnv):
                                  got=len(tasks))
         self._tasks = list(tasks)
         self._goals = np.asarray([np.asarray(t[self.KEY], dtype=np.float64) for t in tasks])
+        copies = [task_info(t) for t in self._tasks]
+        # info["task"] of every env, as columns, built once per reset_task: a step copies them.
+        self._task_info = {key: np.asarray([t[key] for t in copies]) for key in copies[0]}
 
     def sample_tasks(self, num_tasks: int) -> list[Task]:
         """Tasks drawn from env 0's generator, as its single env's ``sample_tasks`` draws."""
@@ -78,9 +80,9 @@ class _TaskBatchEnv(BatchMujocoEnv):
         return np.clip(mapped, self._low, self._high).astype(np.float32)
 
     def _task_columns(self) -> Columns:
-        """``info["task"]`` of every env, as columns."""
-        copies = [task_info(t) for t in self._tasks]
-        return {"task": {key: np.asarray([t[key] for t in copies]) for key in copies[0]}}
+        """``info["task"]`` of every env, as columns (fresh copies of those of ``reset_task``:
+        a step's infos are the caller's to keep)."""
+        return {"task": {key: column.copy() for key, column in self._task_info.items()}}
 
     def _reset_info(self) -> Columns:
         return self._task_columns()

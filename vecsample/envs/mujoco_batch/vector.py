@@ -19,7 +19,7 @@ what gymnasium's gives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -27,23 +27,26 @@ import numpy as np
 from gymnasium.utils import seeding
 from numpy.typing import NDArray
 
+from vecsample.envs.mujoco_batch.arrays import Array, Bools
 from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
     RefusedKeywordError,
+    SeedCountError,
     UnknownKeywordError,
 )
-from vecsample.envs.mujoco_batch.infos import Columns, add_final, add_rows
+from vecsample.envs.mujoco_batch.infos import Columns, add_final, add_rows, every_row
 from vecsample.envs.mujoco_batch.physics import Field, Physics
 from vecsample.errors import ResetMaskError
 
 AutoresetMode = gym.vector.AutoresetMode
-Array = NDArray[np.float64]
-Step = tuple[NDArray[Any], Array, NDArray[np.bool_], NDArray[np.bool_], dict[str, Any]]
+Step = tuple[NDArray[Any], Array, Bools, Bools, dict[str, Any]]
 
 #: ``MujocoEnv``'s rendering keywords: only their defaults are accepted, a batch env does not
 #: render (render the same state with ``gymnasium.make(id, render_mode=...)``).
 RENDERING = ("render_mode", "width", "height", "camera_id", "camera_name",
              "default_camera_config", "max_geom", "visual_options")
+#: The keywords of every batch env beside its v5 env's own (``DEFAULTS``).
+OWN_KEYWORDS = ("max_episode_steps", "autoreset_mode", "num_threads")
 
 
 class BatchMujocoEnv(gym.vector.VectorEnv):
@@ -93,6 +96,13 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
         self._ended = np.zeros(num_envs, dtype=np.bool_)  # ended at the last step
 
+    @classmethod
+    def takes(cls, kwargs: Mapping[str, Any]) -> bool:
+        """Whether the constructor takes every keyword of ``kwargs``: the v5 env's own
+        (``DEFAULTS``), ``OWN_KEYWORDS`` and ``render_mode=None``."""
+        return all(key in cls.DEFAULTS or key in OWN_KEYWORDS
+                   or (key == "render_mode" and value is None) for key, value in kwargs.items())
+
     # --- what a subclass defines -----------------------------------------------------------------
 
     def _fields(self) -> list[Field]:
@@ -108,7 +118,7 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         raise NotImplementedError
 
     def _evaluate(self, actions: NDArray[Any], before: Any) -> tuple[
-            NDArray[Any], NDArray[np.bool_], Columns]:
+            NDArray[Any], Bools, Columns]:
         """Every env's reward, termination and step info columns, after the physics step
         (``actions``: the controls that ``_controls`` gave)."""
         raise NotImplementedError
@@ -137,58 +147,74 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         """One step of every env; ended envs autoreset as ``metadata["autoreset_mode"]``
         says (NextStep: reset instead of stepped; Disabled: frozen)."""
         actions = self._check_actions(actions)
-        mode = self.autoreset_mode
-        held = self._ended.copy() if mode is not AutoresetMode.SAME_STEP else np.zeros_like(
-            self._ended)  # the envs not stepped: reset (NextStep) or frozen (Disabled)
-        rows = np.flatnonzero(~held)
+        held = self._held()
         before = self._before()
         controls = self._controls(actions)
-        self.physics.step(controls, rows)
+        self.physics.step(controls, None if held is None else ~held)
         rewards, terminated, columns = self._evaluate(controls, before)
         rewards = np.asarray(rewards, dtype=np.float64)
-        self._elapsed[rows] += 1
+        if held is None:
+            self._elapsed += 1
+        else:
+            self._elapsed[~held] += 1
         truncated = self._truncated()
+        mode = self.autoreset_mode
         if mode is AutoresetMode.NEXT_STEP:
             return self._next_step(held, rewards, terminated, truncated, columns)
         if mode is AutoresetMode.DISABLED:
             return self._disabled(held, rewards, terminated, truncated, columns)
-        self._ended = terminated | truncated
         return self._same_step(rewards, terminated, truncated, columns)
 
-    def _disabled(self, frozen: NDArray[np.bool_], rewards: Array,
-                  terminated: NDArray[np.bool_], truncated: NDArray[np.bool_],
-                  columns: Columns) -> Step:
+    def _held(self) -> Bools | None:
+        """The envs this step does not step: under NextStep those that ended at the last step
+        (reset instead), under Disabled every ended env (frozen); None when every env steps."""
+        if self.autoreset_mode is AutoresetMode.SAME_STEP or not self._ended.any():
+            return None
+        return self._ended.copy()
+
+    def _plain(self, rewards: Array, terminated: Bools, truncated: Bools,
+               columns: Columns) -> Step:
+        """A step in which every env stepped and none resets: every row of every column."""
+        return self._observe(), rewards, terminated, truncated, every_row(columns, self.num_envs)
+
+    def _disabled(self, frozen: Bools | None, rewards: Array, terminated: Bools,
+                  truncated: Bools, columns: Columns) -> Step:
         """Disabled: the envs that ended before this step are frozen: reward 0, no infos.
         Their state and step count did not move, so their observation, termination and
         truncation, computed again, are what they were."""
-        rewards[frozen] = 0.0
         self._ended = terminated | truncated
+        if frozen is None:
+            return self._plain(rewards, terminated, truncated, columns)
+        rewards[frozen] = 0.0
         return self._observe(), rewards, terminated, truncated, add_rows({}, columns, ~frozen)
 
-    def _same_step(self, rewards: Array, terminated: NDArray[np.bool_],
-                   truncated: NDArray[np.bool_], columns: Columns) -> Step:
+    def _same_step(self, rewards: Array, terminated: Bools, truncated: Bools,
+                   columns: Columns) -> Step:
         """SameStep: ended envs are reset now; their last observation and step info go to
         ``final_obs`` and ``final_info``, their reset info to the infos."""
-        ended = self._ended.copy()  # the reset below clears self._ended
+        ended = terminated | truncated
+        if not ended.any():
+            self._ended = ended
+            return self._plain(rewards, terminated, truncated, columns)
         infos = add_final({}, self._observe(), columns, ended)
         add_rows(infos, columns, ~ended)
-        if ended.any():
-            self._reset_rows(np.flatnonzero(ended), [None] * self.num_envs)
-            add_rows(infos, self._reset_info(), ended)
+        self._reset_rows(np.flatnonzero(ended), [None] * self.num_envs)
+        add_rows(infos, self._reset_info(), ended)
         return self._observe(), rewards, terminated, truncated, infos
 
-    def _next_step(self, resetting: NDArray[np.bool_], rewards: Array,
-                   terminated: NDArray[np.bool_], truncated: NDArray[np.bool_],
-                   columns: Columns) -> Step:
+    def _next_step(self, resetting: Bools | None, rewards: Array, terminated: Bools,
+                   truncated: Bools, columns: Columns) -> Step:
         """NextStep: the envs that ended at the last step are reset instead of stepped; their
         reward is 0, their flags False and their infos the reset's."""
+        if resetting is None:
+            self._ended = terminated | truncated
+            return self._plain(rewards, terminated, truncated, columns)
         infos = add_rows({}, columns, ~resetting)
-        if resetting.any():
-            self._reset_rows(np.flatnonzero(resetting), [None] * self.num_envs)
-            add_rows(infos, self._reset_info(), resetting)
-            rewards[resetting] = 0.0
-            terminated[resetting] = False
-            truncated[resetting] = False
+        self._reset_rows(np.flatnonzero(resetting), [None] * self.num_envs)
+        add_rows(infos, self._reset_info(), resetting)
+        rewards[resetting] = 0.0
+        terminated[resetting] = False
+        truncated[resetting] = False
         self._ended = terminated | truncated
         return self._observe(), rewards, terminated, truncated, infos
 
@@ -234,11 +260,11 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             return [int(seed) + i for i in range(self.num_envs)]
         seeds = list(seed)
         if len(seeds) != self.num_envs:
-            raise ValueError(f"reset(seed=...) expected {self.num_envs} seeds (one per env), "
-                             f"got {len(seeds)}; pass an int, None or one seed per env.")
+            raise SeedCountError(env=type(self).__name__, expected=self.num_envs,
+                                 got=len(seeds))
         return seeds
 
-    def _reset_mask(self, options: dict[str, Any] | None) -> NDArray[np.bool_]:
+    def _reset_mask(self, options: dict[str, Any] | None) -> Bools:
         mask = (options or {}).get("reset_mask")
         if mask is None:
             return np.ones(self.num_envs, dtype=np.bool_)
@@ -250,24 +276,27 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         return mask
 
     def _reset_rows(self, rows: NDArray[np.intp], seeds: list[int | None]) -> None:
-        """gymnasium's reset of each env of ``rows``: seeding, the reset noise from its own
-        generator (qpos first, then qvel), ``mj_resetData``, the state, ``mj_forward``."""
+        """gymnasium's reset of each env of ``rows``: seeding, the reset state drawn from its
+        own generator (``_reset_state``), ``mj_resetData``, the state, ``mj_forward``."""
         p = self.physics
         qpos = np.empty((len(rows), p.model.nq))
         qvel = np.empty((len(rows), p.model.nv))
-        scale = self.config["reset_noise_scale"]
         for k, i in enumerate(rows.tolist()):
             if seeds[i] is not None:
                 self._generators[i] = seeding.np_random(seeds[i])[0]
-            rng = self._generator(i)
-            qpos[k] = p.init_qpos + rng.uniform(low=-scale, high=scale, size=p.model.nq)
-            if self.QVEL_NOISE == "normal":
-                qvel[k] = p.init_qvel + scale * rng.standard_normal(p.model.nv)
-            else:
-                qvel[k] = p.init_qvel + rng.uniform(low=-scale, high=scale, size=p.model.nv)
+            qpos[k], qvel[k] = self._reset_state(self._generator(i))
         p.reset(rows.tolist(), qpos, qvel)
         self._elapsed[rows] = 0
         self._ended[rows] = False
+
+    def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:
+        """One env's ``qpos`` and ``qvel`` after a reset: gymnasium's reset noise of scale
+        ``reset_noise_scale`` around the initial state, drawn from ``rng`` (qpos, then qvel)."""
+        p, scale = self.physics, self.config["reset_noise_scale"]
+        qpos = p.init_qpos + rng.uniform(low=-scale, high=scale, size=p.model.nq)
+        if self.QVEL_NOISE == "normal":
+            return qpos, p.init_qvel + scale * rng.standard_normal(p.model.nv)
+        return qpos, p.init_qvel + rng.uniform(low=-scale, high=scale, size=p.model.nv)
 
     def _generator(self, i: int) -> np.random.Generator:
         """Env ``i``'s generator (an unseeded one until a seed is given, as ``Env.np_random``)."""
@@ -276,14 +305,14 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             rng = self._generators[i] = seeding.np_random()[0]
         return rng
 
-    def _truncated(self) -> NDArray[np.bool_]:
+    def _truncated(self) -> Bools:
         if self.max_episode_steps is None:
             return np.zeros(self.num_envs, dtype=np.bool_)
         return self._elapsed >= self.max_episode_steps
 
     def _check_actions(self, actions: Any) -> NDArray[Any]:
         batch: NDArray[Any] = np.asarray(actions)
-        expected = (self.num_envs, *(self.single_action_space.shape or ()))
+        expected = self.action_space.shape or ()
         if batch.shape != expected:
             raise BatchActionError(env=type(self).__name__, expected=expected, got=batch.shape)
         return batch
