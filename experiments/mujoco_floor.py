@@ -10,8 +10,9 @@ one process, on one core, three loops step the same envs with the same seeds and
 * ``rr``: the same physics, round-robin: at each step every env's ``MjData`` in turn, as a batch
   env steps them (its resets, untimed, subtracted). ``rr`` against ``floor`` is what stepping
   many ``MjData`` instead of one costs the physics itself (each is colder in the caches).
-* ``batch``: the batch env with ``num_threads=1``, as ``gymnasium.make_vec`` builds it (SameStep,
-  infos on, the registered time limit).
+* ``batch``: the batch env with ``num_threads=1``, as ``gymnasium.make_vec`` builds it, in
+  SameStep (a gym loop resets an env inside the step that ended it), infos on, the registered
+  time limit.
 * ``gym``: ``gymnasium.make(id)`` envs stepped round-robin in a plain loop, each reset at its
   episode's end.
 
@@ -150,7 +151,7 @@ def rounds(gym_id: str, num_envs: int, args: Args) -> dict[str, Any]:
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     batch_id = vecsample.envs.BATCH_IDS[gym_id]
     batch = gym.make_vec(batch_id, num_envs, vectorization_mode="vector_entry_point",
-                         num_threads=1)
+                         num_threads=1, autoreset_mode="SameStep")
     singles = [gym.make(gym_id) for _ in range(num_envs)]
     space = singles[0].action_space
     steps = max(1, args.env_steps // num_envs)

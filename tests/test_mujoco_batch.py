@@ -466,3 +466,17 @@ def test_the_floor_script_steps_the_same_physics_in_its_three_loops(tmp_path):
     ratios = [f / b for f, b in zip(row["floor_us_rounds"], row["batch_us_rounds"], strict=True)]
     assert row["x_floor"] == pytest.approx(sum(ratios) / 2)  # the median of two rounds
     assert "Hopper-v5" in proc.stdout and "× floor" in proc.stdout
+
+
+def test_make_vec_of_a_batch_id_means_what_make_vec_of_the_gym_id_means():
+    """The batch ids default to gymnasium's vector default (NextStep), so swapping
+    make_vec("HalfCheetah-v5", n) for the batch id keeps the semantics; a sampler hosting one
+    gives it its own mode (tests/test_hosted.py)."""
+    ours = gym.make_vec("HalfCheetahBatch-v5", 2, vectorization_mode="vector_entry_point")
+    theirs = gym.make_vec("HalfCheetah-v5", 2)
+    try:
+        assert ours.metadata["autoreset_mode"].value == "NextStep"
+        assert ours.metadata["autoreset_mode"].value == theirs.metadata["autoreset_mode"].value
+    finally:
+        ours.close()
+        theirs.close()

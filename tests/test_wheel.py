@@ -198,9 +198,9 @@ MUJOCO_SCRIPT = textwrap.dedent("""
                                  ("HalfCheetahVelBatch-v5", "HalfCheetahVel-v5")):
             ours = gym.make_vec(batch_id, 2, vectorization_mode="vector_entry_point",
                                 max_episode_steps=8)
-            theirs = gym.vector.SyncVectorEnv(
+            theirs = gym.vector.SyncVectorEnv(  # NextStep: gymnasium's and the batch ids' default
                 [functools.partial(gym.make, env_id, max_episode_steps=8)] * 2,
-                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+                autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
             same = np.array_equal(ours.reset(seed=3)[0], theirs.reset(seed=3)[0])
             theirs.action_space.seed(0)
             for _ in range(20):

@@ -341,16 +341,19 @@ def _method(env: gym.vector.VectorEnv, name: str) -> Callable[..., Any] | None:
 
 
 def _takes_autoreset_mode(env_id: str) -> bool:
-    """Whether ``env_id``'s vector entry point takes an ``autoreset_mode`` keyword (the
-    batch-native envs do; gymnasium's CartPole vector env does not, and stays NextStep)."""
+    """Whether ``env_id``'s vector entry point takes an ``autoreset_mode`` keyword, by name or
+    through ``**kwargs`` (the batch-native envs and their task envs do; gymnasium's CartPole
+    vector env does not, and stays NextStep)."""
     entry = gym.spec(env_id).vector_entry_point
     if entry is None:
         return False
     maker = load_env_creator(entry) if isinstance(entry, str) else entry
     try:
-        return "autoreset_mode" in inspect.signature(maker).parameters
+        parameters = inspect.signature(maker).parameters
     except (TypeError, ValueError):  # no signature to read (a C callable): leave it unset
         return False
+    return "autoreset_mode" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def _env_mode(env: gym.vector.VectorEnv) -> Any:

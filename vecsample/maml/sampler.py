@@ -655,8 +655,8 @@ def _vec_sampler(sampler: MultiTaskSampler, num_envs: int, num_workers: int) -> 
     per worker (``batch_id``), else one gymnasium env per row."""
     env_fns: list[Any] | HostedVector = [sampler._factory] * num_envs
     if sampler.batch_id is not None:
-        env_fns = HostedVector(sampler.batch_id, env_kwargs={
-            **sampler.env_kwargs, "autoreset_mode": AutoresetMode.DISABLED.value})
+        # Built in the sampler's DISABLED mode (fixed above): the sampler gives it its mode.
+        env_fns = HostedVector(sampler.batch_id, env_kwargs=sampler.env_kwargs)
     return VecSampler(
         env_fns,
         num_envs=num_envs,

@@ -55,8 +55,10 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
     Args:
         num_envs: the envs of the batch.
         max_episode_steps: the time limit (``gymnasium.make``'s); ``None``: none.
-        autoreset_mode: ``"SameStep"`` (default, as vecsample's samplers), ``"NextStep"``
-            (gymnasium's vector default) or ``"Disabled"``; its ``metadata["autoreset_mode"]``.
+        autoreset_mode: ``"NextStep"`` (default: gymnasium's vector default, so that
+            ``make_vec("HalfCheetahBatch-v5", n)`` means what ``make_vec("HalfCheetah-v5", n)``
+            means), ``"SameStep"`` or ``"Disabled"``; its ``metadata["autoreset_mode"]``. A
+            sampler hosting it passes its own mode (``HostedVector``).
         num_threads: threads stepping the physics; default: one per core this process may run
             on (``os.sched_getaffinity``), capped by ``OMP_NUM_THREADS`` where set (a vecsample
             worker sets it to ``threads_per_worker``), at most one per env.
@@ -77,7 +79,7 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
     freezes_ended_envs = True
 
     def __init__(self, num_envs: int = 1, *, max_episode_steps: int | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
                  num_threads: int | None = None, **kwargs: Any) -> None:
         from gymnasium.envs.mujoco.mujoco_env import expand_model_path
 
