@@ -33,7 +33,6 @@ from types import FrameType
 from typing import Any
 
 from vecsample.errors import MainGuardError
-from vecsample.options import AUTO, check_context
 
 #: The vecsample package's directory, as the code's file names spell it (with and without
 #: symlinks resolved): a warning points at the first frame outside it, the user's line.
@@ -43,9 +42,10 @@ _warned: set[str] = set()  # warnings given once per process
 
 
 def resolve_context(requested: str) -> str:
-    """The start method to use: ``requested``, or for ``"auto"`` fork when it is safe."""
+    """The start method to use: ``requested`` (``Options.context``, checked there), or for
+    ``"auto"`` fork when it is safe."""
     methods = mp.get_all_start_methods()
-    if check_context(requested) == AUTO:
+    if requested == "auto":
         if "fork" in methods and sys.platform.startswith("linux") and _single_threaded():
             return "fork"
         return "forkserver" if "forkserver" in methods else "spawn"
