@@ -110,13 +110,13 @@ def _guarded(path: str, line: int) -> bool:
     return any(lo <= line <= hi for lo, hi in _guard_ranges(path))
 
 
-def warn_once(key: str, message: str) -> None:
-    """A RuntimeWarning pointing at the user's line (the first frame outside vecsample),
-    given at most once per process for each ``key``."""
+def warn_once(key: str, message: str, category: type[Warning] = RuntimeWarning) -> None:
+    """A warning (a RuntimeWarning unless ``category`` says) pointing at the user's line (the
+    first frame outside vecsample), given at most once per process for each ``key``."""
     if key in _warned:
         return
     _warned.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=_user_stacklevel())
+    warnings.warn(message, category, stacklevel=_user_stacklevel())
 
 
 def _user_stacklevel() -> int:
