@@ -32,12 +32,15 @@ if TYPE_CHECKING:
 
     from vecsample._parent.layout import Layout
 
-#: What a step's round trip to the worker processes costs the parent beyond the envs' own
-#: time (post, wake-up, wait, read): measured on the 2-core development VM with the native
-#: handshake (docs/semantics.md, "Where the envs are stepped").
+#: What a step's round trip to the worker processes costs beyond the envs' own time (post,
+#: wake-up, wait, read), parent and worker together: about 60 µs on the 2-core development VM
+#: (docs/benchmarks.md, "The targets for hosted envs"), where one worker's round trip with one
+#: env was 26 µs (P5). A constant, not measured at start: timing it would mean starting the
+#: worker processes that the choice may do without.
 ROUND_TRIP_S = 60e-6
-#: How much cheaper stepping the blocks at once must come out to leave the parent alone.
-MARGIN = 0.25
+#: How much cheaper stepping the blocks at once must come out to leave the parent alone: the
+#: device probe's hysteresis (vecsample.train.device, ``margin``).
+MARGIN = 0.1
 #: The most seconds the timing takes (after its warm-up steps).
 BUDGET_S = 0.25
 

@@ -5,6 +5,10 @@ or one hosted vector env (``hosted_block.py``). Each command is a method of the 
 reads actions from shared memory, steps the block, which writes its rows of shared memory, and
 answers with one byte (or the infos, when there are any). An exception in an env is answered
 with the env index and the traceback text; the worker itself keeps serving.
+
+The same worker runs in the trainer's own process for the blocks it steps itself
+(``Options.env_placement``): ``ServedInParent`` takes what the parent sends on the worker's
+pipe and runs a posted step when the parent's wait begins, with no process around it.
 """
 
 from __future__ import annotations

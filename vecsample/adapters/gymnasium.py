@@ -90,7 +90,9 @@ class VectorEnv(gym.vector.VectorEnv):
             ``metadata`` and ``render_mode`` are read in a worker).
         action_space: Likewise, for the action space.
         options: The ``VecSampler`` underneath's ``vecsample.Options`` (``deadline``,
-            ``restart``, ``check_actions``, ``cpu_affinity``, ``record``, ``replay``, ...).
+            ``restart``, ``check_actions``, ``cpu_affinity``, ``record``, ``replay``, ...;
+            ``env_placement="auto"`` for a small job: the envs step where they cost least,
+            in this process if a round trip to workers does not pay, docs/semantics.md).
             ``infos`` is always on here; ``uneven_split`` is on and ``autoreset_mode``
             ``NEXT_STEP`` unless ``options`` (or the keywords) set them. The arguments above
             that share a name with a field (``num_workers``, ``context``, ``autoreset_mode``)
@@ -240,8 +242,10 @@ class VectorEnv(gym.vector.VectorEnv):
                 f"envs {np.nonzero(self._ended)[0].tolist()} ended and autoreset is disabled; "
                 f"call reset(options={{'reset_mask': mask}}) for them before stepping.",
                 name="reset")
-        with _env_errors():
+        try:  # as _env_errors(), without a context manager's calls on every step
             self._sampler.send_all(actions)
+        except errors.WorkerError as exc:
+            raise _reported([exc]) from exc.__cause__
         self._pending, self._received = ("step", ()), []
 
     def step_wait(
