@@ -11,6 +11,7 @@ processes). "auto" times a block and chooses: its rule is checked with injected 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -23,12 +24,14 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 from helpers import assert_same, kill_and_wait, ones, posix_only
 
 from vecsample import AutoresetMode, HostedVector, VecSampler, errors
 from vecsample._parent import autoplace, startup
 from vecsample._parent.stepping import SharingChannel, StepChannel
-from vecsample.testing import CountingEnv, HangingEnv, RaisingEnv, SlowEnv, fns
+from vecsample.testing import CountingEnv, HangingEnv, RaisingEnv, SlowEnv, SpaceEnv, fns
 
 PLACED = ["share", "parent"]
 MODES = list(AutoresetMode)
@@ -196,6 +199,26 @@ def test_a_hosted_vector_env_steps_the_same_in_this_process(make_sampler, placem
 
     assert_same(_tuples(run(placement)), _tuples(run("workers")),
                 f"hosted, {placement} against workers")
+
+
+def test_pickled_observations_and_actions_travel_the_same_in_this_process(make_sampler):
+    """Spaces with no fixed shape (Text) travel pickled, for a block here too: the actions
+    after the post, the observations with the step's reply."""
+    obs_space = spaces.Dict({"tag": spaces.Text(4), "x": spaces.Box(-1, 1, (2,))})
+    act_space = spaces.Dict({"say": spaces.Text(3), "d": spaces.Discrete(4)})
+
+    def run(where: str) -> list[Any]:
+        env_fns = [functools.partial(SpaceEnv, obs_space, act_space, i) for i in range(4)]
+        s = make_sampler(env_fns, num_workers=2, seed=0, env_placement=where)
+        out: list[Any] = [s.reset()[0]["tag"].tolist()]
+        batch = batch_space(act_space, 4)
+        batch.seed(0)
+        for _ in range(10):
+            r = s.step(batch.sample(), copy=True)
+            out += [r.obs["tag"].tolist(), r.obs["x"], r.rewards, r.terminated]
+        return out
+
+    assert_same(_tuples(run("share")), _tuples(run("workers")), "pickled lanes")
 
 
 def test_a_recorded_run_replays_whatever_the_placement(make_sampler, tmp_path: Path):
@@ -457,6 +480,16 @@ def test_auto_times_a_real_block_once_per_choice(make_vector_env, monkeypatch):
                          else 2)
     envs[0].reset(seed=0)
     assert envs[0].step(np.zeros(4, dtype=np.int64))[0].shape == (4, 4)
+
+
+def test_auto_times_a_hosted_block_too(make_sampler):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", errors.PlacementNotice)
+        s = make_sampler(HostedVector("CartPole-v1", "sync"), num_envs=8, num_workers=2,
+                         autoreset_mode="NextStep", env_placement="auto")
+    assert "a block of 4 envs took" in s.layout.placement_reason
+    s.reset(seed=0)
+    assert s.step(np.zeros(8, dtype=np.int64)).rewards.tolist() == [1.0] * 8
 
 
 def test_the_rule_of_auto():
