@@ -7,13 +7,14 @@ no sampler, with a free handshake and a free parent, beats one process by more t
 (numpy calls whose time does not grow with the envs) has a low ceiling at small ``n``.
 
 Beside the ceiling, three samplers of the same ``n`` envs, as speedups over one process:
-``hosted``, VecSampler with one vector env per worker (W worker processes); ``by hand``, the
-parent's share built through the public step API before vecsample had it: the parent steps one
-share itself, a vector env of its own, while W - 1 hosted workers step the rest (``send_all``,
-the parent's own ``step``, then ``step_recv``); and ``share``, the same design through the
-option, ``env_placement="share"``: W blocks, the last one stepped by the parent's process when
-``step_recv`` begins its wait. Everything is timed in this process, the configurations
-interleaved, each the median of ``--repeats`` runs.
+``hosted``, VecSampler with one vector env per worker (W worker processes, ``step``);
+``by hand``, the parent's share built through the public step API before vecsample had it:
+the parent steps one share itself, a vector env of its own, while W - 1 hosted workers step
+the rest (``send_all``, the parent's own ``step``, then ``step_recv``); and ``share``, the
+same design through the
+option, ``env_placement="share"`` (``step``): W blocks, the last one stepped by the parent's
+process when the wait for the batch begins. Everything is timed in this process, the
+configurations interleaved, each the median of ``--repeats`` runs.
 
 Run: ``python experiments/hosted_ceiling.py --num-envs 512 4096 --workers 2``
 """
@@ -69,17 +70,19 @@ def vector_step(env: gym.vector.VectorEnv) -> Callable[[int], object]:
 
 
 def sampler_batch(sampler: VecSampler, own: gym.vector.VectorEnv | None) -> Callable[[int], None]:
-    """Call i: one full batch of ``sampler`` (its workers) and of ``own`` (stepped by this
-    process between send_all and step_recv, when given), with pre-drawn actions."""
+    """Call i: one full batch of ``sampler`` with pre-drawn actions: ``step`` (the full-batch
+    path); with ``own``, ``send_all``, then ``own`` stepped by this process, then
+    ``step_recv``."""
     space = gym.vector.utils.batch_space(sampler.single_action_space, sampler.num_envs)
     space.seed(0)
     actions = [space.sample() for _ in range(16)]
-    own_step = None if own is None else vector_step(own)
+    if own is None:
+        return lambda i: sampler.step(actions[i % 16])
+    own_step = vector_step(own)
 
     def batch(i: int) -> None:
         sampler.send_all(actions[i % 16])
-        if own_step is not None:
-            own_step(i)
+        own_step(i)
         sampler.step_recv(None)
     return batch
 
