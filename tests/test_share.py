@@ -493,16 +493,20 @@ def test_auto_times_a_hosted_block_too(make_sampler):
 
 
 def test_the_rule_of_auto():
-    """A worker process must save more than its round trip (with the margin); then the
+    """A worker process must save more than the wait for it (with the margin); then the
     parent steps a block only where no core is left for it to wait on."""
-    rt = autoplace.ROUND_TRIP_S
-    assert autoplace.choose(rt / 4, 2, 2, 2)[0] == "parent"
-    assert autoplace.choose(10 * rt, 1, 8, 4)[0] == "parent"  # one block: nothing at once
+    rt, b = autoplace.ROUND_TRIP_S, autoplace.BLOCK_S
+    assert autoplace.choose(1e-6, 2, 2, 1)[0] == "parent"  # envs cheaper than the wait
+    assert autoplace.choose(1.0, 1, 8, 4)[0] == "parent"  # one block: nothing at once
     assert autoplace.choose(10 * rt, 2, 2, 4)[0] == "share"
     assert autoplace.choose(10 * rt, 4, 2, 4)[0] == "share"
     assert autoplace.choose(10 * rt, 2, 4, 4)[0] == "workers"
-    # 4 blocks on 2 cores take 2 blocks' time at once: not worth it for a small block
-    assert autoplace.choose(rt / 2, 4, 2, 1)[0] == "parent"
+    # the margin, 2 blocks on 2 cores: parent while 2 (x + b) <= (1 + m) (x + b + rt)
+    m = autoplace.MARGIN
+    at = (1 + m) * rt / (1 - m) - b
+    assert at > 0
+    assert autoplace.choose(at * 0.99, 2, 2, 1)[0] == "parent"
+    assert autoplace.choose(at * 1.01, 2, 2, 1)[0] == "share"
 
 
 @pytest.mark.parametrize("value", ["Share", "cloud", 1, None])

@@ -2,19 +2,22 @@
 
 Once the spaces are known, the sampler times one worker process's block of envs stepped here,
 by the worker's own loop (``inprocess.time_block``, through ``_wire/spec.py: TIME_BLOCK``), and
-prices a synchronous step (post, step, wait: ``step()``, ``VectorEnv.step``) three ways:
+prices a synchronous step (post, step, wait: ``step()``, ``VectorEnv.step``) three ways, each
+block costing its envs' time plus what one more block costs the process that steps it
+(``BLOCK_S``: the step's bookkeeping, its rows):
 
 * ``"parent"``: every block stepped here, one after another: ``W * block``;
 * ``"workers"`` or ``"share"``: the blocks stepped at once, ``block * max(1, W / cores)``
-  (more processes than cores share them), plus what a round trip to a worker process costs
+  (more processes than cores share them), plus what waiting for a worker process adds
   (``ROUND_TRIP_S``).
 
-A worker process pays for itself only when stepping at once saves more than the round trip,
-by ``MARGIN`` (a hysteresis, as the device probe's, so that noise in the timing cannot flip a
+A worker process pays for itself only when stepping at once saves more than that, by
+``MARGIN`` (a hysteresis, as the device probe's, so that noise in the timing cannot flip a
 close choice). Then ``"share"`` where the machine has no core to spare for a waiting parent
 (``W >= cores``: the parent would be one more busy process), else ``"workers"``, which keep
 every guarantee. Like ``vecsample.train.device``, it measures rather than guesses, and says
-what it chose and why (``PlacementNotice``, once per process for each choice).
+what it chose and why (``PlacementNotice``, once per process for each choice). It assumes the
+cores are this job's: on a machine that other processes keep busy, a worker gains less.
 """
 
 from __future__ import annotations
@@ -32,12 +35,16 @@ if TYPE_CHECKING:
 
     from vecsample._parent.layout import Layout
 
-#: What a step's round trip to the worker processes costs beyond the envs' own time (post,
-#: wake-up, wait, read), parent and worker together: about 60 µs on the 2-core development VM
-#: (docs/benchmarks.md, "The targets for hosted envs"), where one worker's round trip with one
-#: env was 26 µs (P5). A constant, not measured at start: timing it would mean starting the
-#: worker processes that the choice may do without.
-ROUND_TRIP_S = 60e-6
+#: What waiting for a worker process adds to a step beyond its envs' time, where the worker
+#: spins on a core of its own (the step is posted, seen, published and read through shared
+#: memory): 7-21 µs on the 2-core development VM, from steps of CartPole x 4 and x 8 with
+#: CleanRL's MLP (one block here against two, and a share; docs/benchmarks.md, "Small
+#: workloads"). A constant, not measured at start: timing it would mean starting the worker
+#: processes that the choice may do without.
+ROUND_TRIP_S = 15e-6
+#: What one more block costs the process that steps it, beyond its envs' time: 13-14 µs on
+#: the same VM (two blocks stepped here against one, the same envs).
+BLOCK_S = 13e-6
 #: How much cheaper stepping the blocks at once must come out to leave the parent alone: the
 #: device probe's hysteresis (vecsample.train.device, ``margin``).
 MARGIN = 0.1
@@ -60,18 +67,20 @@ def resolve(layout: Layout, spaces: tuple[Space[Any], Space[Any]]) -> Layout:
 def choose(block: float, workers: int, cores: int, block_envs: int) -> tuple[str, str]:
     """The placement for blocks of ``block`` seconds a step (``block_envs`` envs each), in
     ``workers`` workers on ``cores`` cores, and why (the module docstring's prices)."""
-    serial = workers * block
-    split = block * max(1.0, workers / cores) + ROUND_TRIP_S
+    each = block + BLOCK_S
+    serial = workers * each
+    split = each * max(1.0, workers / cores) + ROUND_TRIP_S
     prices = (f"a block of {block_envs} envs took {block * 1e6:.0f} µs a step here, so "
-              f"{workers} blocks take {serial * 1e6:.0f} µs stepped one after another in this "
-              f"process, about {split * 1e6:.0f} µs stepped at once on {cores} cores (a round "
-              f"trip to the workers costs about {ROUND_TRIP_S * 1e6:.0f} µs)")
+              f"{workers} blocks take about {serial * 1e6:.0f} µs stepped one after another "
+              f"in this process, {split * 1e6:.0f} µs stepped at once on {cores} cores (with "
+              f"{BLOCK_S * 1e6:.0f} µs a block beyond its envs, and {ROUND_TRIP_S * 1e6:.0f} µs "
+              f"for the wait for a worker process)")
     if serial <= split * (1 + MARGIN):
-        return "parent", f"{prices}: the workers would not pay for their round trip."
+        return "parent", f"{prices}: worker processes would not pay for themselves."
     if cores <= workers:
         return "share", (f"{prices}; with no core to spare for a parent that waits, this "
                          f"process steps the last block itself.")
     return "workers", f"{prices}; every block in a process of its own."
 
 
-__all__ = ["BUDGET_S", "MARGIN", "ROUND_TRIP_S", "choose", "resolve"]
+__all__ = ["BLOCK_S", "BUDGET_S", "MARGIN", "ROUND_TRIP_S", "choose", "resolve"]
