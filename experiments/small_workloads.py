@@ -16,8 +16,11 @@ as CleanRL sets it), for each env id and env count given, in these configuration
 All are built with the same seed and NextStep autoreset (gymnasium's default), then stepped in
 interleaved rounds: each round times every configuration for ``--seconds``, in turn, so that a
 change in the machine's load hits them all alike. The table gives each configuration's median
-steps per second over the rounds (env steps: batches times envs) and its ratio to ``sync``'s
-median, with the range of the per-round ratios. ``--json PATH`` writes every round.
+steps per second over the rounds (env steps: batches times envs) and its ratio to ``sync``:
+the median of the per-round ratios (each against the ``sync`` of the same round), with their
+range. The load average before and after is printed with it: on a machine that other jobs
+load, the configurations that need a second core lose most. ``--json PATH`` writes every
+round.
 
 Run: ``python experiments/small_workloads.py --env-ids HalfCheetah-v5 CartPole-v1 --num-envs 4 16``
 """
@@ -25,6 +28,7 @@ Run: ``python experiments/small_workloads.py --env-ids HalfCheetah-v5 CartPole-v
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -42,6 +46,7 @@ from torch import nn
 import vecsample
 from vecsample import EnvMaker, VectorEnv
 from vecsample.errors import PlacementNotice
+from vecsample.options import usable_cores
 
 
 @dataclass
@@ -52,9 +57,9 @@ class Args:
     """env counts, each run with every id"""
     placements: list[str] = field(default_factory=lambda: ["workers", "share", "parent"])
     """the env_placement values to pin, besides the defaults and "auto" (none: leave them out)"""
-    seconds: float = 2.0
+    seconds: float = 1.0
     """how long each configuration steps in a round"""
-    rounds: int = 3
+    rounds: int = 5
     """interleaved rounds; the medians are over them"""
     seed: int = 0
     """the envs' seed and the policy's"""
@@ -137,30 +142,34 @@ def measure(args: Args, env_id: str, n: int) -> dict[str, Any]:
 
 def table(results: Sequence[dict[str, Any]]) -> str:
     lines = [f"{'env':<16}{'n':>4}  {'config':<10}{'steps/s':>10}{'÷ sync':>8}"
-             f"{'rounds ÷ sync':>16}  where"]
+             f"{'range':>12}  where"]
     for res in results:
         sync = [r["sync"] for r in res["rounds"]]
         for c in res["rounds"][0]:
             runs = [r[c] for r in res["rounds"]]
             ratios = [a / b for a, b in zip(runs, sync, strict=True)]
             lines.append(f"{res['env_id']:<16}{res['num_envs']:>4}  {c:<10}"
-                         f"{statistics.median(runs):>10,.0f}"
-                         f"{statistics.median(runs) / statistics.median(sync):>8.2f}"
-                         f"{min(ratios):>9.2f}–{max(ratios):<6.2f}  {res['placed'][c]}")
+                         f"{statistics.median(runs):>10,.0f}{statistics.median(ratios):>8.2f}"
+                         f"{min(ratios):>7.2f}–{max(ratios):<4.2f}  {res['placed'][c]}")
     return "\n".join(lines)
 
 
 def main(args: Args) -> None:
     torch.set_num_threads(1)  # as CleanRL: one thread for a policy this small
+    before = os.getloadavg()
     results = [measure(args, env_id, n) for env_id in args.env_ids for n in args.num_envs]
+    after = os.getloadavg()
     print(table(results))
+    print(f"{usable_cores()} cores; load average (1, 5, 15 min) before "
+          f"{' '.join(f'{x:.2f}' for x in before)}, after {' '.join(f'{x:.2f}' for x in after)}")
     if args.json:
         versions = {"python": platform.python_version(), "vecsample": vecsample.__version__,
                     "gymnasium": gym.__version__, "torch": torch.__version__,
                     "numpy": np.__version__}
+        machine = {"cores": usable_cores(), "load_before": before, "load_after": after}
         with open(args.json, "w") as f:
-            json.dump({"args": asdict(args), "versions": versions, "results": results}, f,
-                      indent=1)
+            json.dump({"args": asdict(args), "versions": versions, "machine": machine,
+                       "results": results}, f, indent=1)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:

@@ -529,3 +529,4 @@ def test_the_default_pays_nothing_for_the_share(make_sampler):
     assert type(plain._channel) is StepChannel and plain.layout.parent_slots == range(0)
     assert type(shared._channel) is SharingChannel and shared.layout.parent_slots == range(1, 2)
     assert plain._hand_over == (plain.layout.spin_s > 0) and not shared._hand_over
+
