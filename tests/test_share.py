@@ -11,7 +11,9 @@ processes). "auto" times a block and chooses: its rule is checked with injected 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import os
 import signal
 import threading
@@ -102,6 +104,25 @@ class CloseDuringStepEnv(SlowEnv):
         when = "during a step" if self.stepping else "between steps"
         with open(self.marker, "a") as f:
             f.write(f"{self.env_index} {os.getpid()} {when}\n")
+
+
+@pytest.fixture(autouse=True)
+def _no_gc() -> Any:
+    """No garbage collection during a test: an fd that an earlier test's garbage holds is
+    neither freed nor reused under a test that counts fds (test_lifetime.py does the same)."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+def _fds() -> dict[int, str]:
+    """This process's open fds, and what each one is."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own fd, closed by now
+            found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+    return found
 
 
 def _plain(infos: Any) -> dict[int, dict[str, Any]]:
@@ -348,12 +369,12 @@ def test_close_leaves_no_process_or_fd_and_closes_the_envs_here(make_sampler, pl
     marker = tmp_path / "closed"
     env_fns = [lambda i=i: CloseDuringStepEnv(i, str(marker), step_time=0.0) for i in range(4)]
     make_sampler(fns(CountingEnv, 2), num_workers=2).close()  # the long-lived helpers, started
-    before = set(os.listdir("/proc/self/fd"))
+    before = _fds()
     s = make_sampler(env_fns, num_workers=2, restart=True, env_placement=placement)
     s.reset()
     s.step(ones(4))
     s.close()
-    assert set(os.listdir("/proc/self/fd")) == before
+    assert _fds() == before
     assert not [p for p in psutil.Process().children(recursive=True)
                 if "forkserver" not in " ".join(p.cmdline()) and p.status() != "zombie"]
     # One line per env closed ("index pid when"); the first, env 0 that the parent built to
@@ -492,6 +513,35 @@ def test_auto_times_a_hosted_block_too(make_sampler):
     assert s.step(np.zeros(8, dtype=np.int64)).rewards.tolist() == [1.0] * 8
 
 
+def test_auto_leaves_an_env_that_fails_here_to_the_workers(make_sampler, monkeypatch):
+    """An env that raises while auto times it is left to worker processes, which report it
+    typed when the run gets there."""
+    monkeypatch.setattr(startup, "_warned", set())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        s = make_sampler(fns(RaisingEnv, 2, at_step=2), num_workers=2, env_placement="auto")
+    assert s.layout.env_placement == "workers"
+    assert "RuntimeError: injected failure in step 2" in s.layout.placement_reason
+    assert any(issubclass(w.category, errors.PlacementNotice) for w in seen)
+    s.reset()
+    s.step(ones(2))
+    with pytest.raises(errors.WorkerError, match="injected failure"):
+        s.step(ones(2))
+
+
+def test_a_block_that_cannot_be_built_here_is_a_typed_build_error(make_sampler):
+    def broken() -> CountingEnv:
+        raise RuntimeError("no env today")
+
+    before = _fds()
+    env_fns = [*fns(CountingEnv, 3), broken]
+    with pytest.raises(errors.EnvFactoryError, match=r"worker 1 .*no env today"):
+        make_sampler(env_fns, num_workers=2, env_placement="share",
+                     observation_space=CountingEnv().observation_space,
+                     action_space=CountingEnv().action_space)
+    assert _fds() == before
+
+
 def test_the_rule_of_auto():
     """A worker process must save more than the wait for it (with the margin); then the
     parent steps a block only where no core is left for it to wait on."""
@@ -529,4 +579,5 @@ def test_the_default_pays_nothing_for_the_share(make_sampler):
     assert type(plain._channel) is StepChannel and plain.layout.parent_slots == range(0)
     assert type(shared._channel) is SharingChannel and shared.layout.parent_slots == range(1, 2)
     assert plain._hand_over == (plain.layout.spin_s > 0) and not shared._hand_over
+    assert "env_placement" not in repr(plain) and "env_placement='share'" in repr(shared)
 

@@ -592,8 +592,10 @@ class VecSampler:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         halves = f" in {self.num_slots} halves" if self.num_slots != self.num_workers else ""
+        here = self.layout.env_placement
+        placed = "" if here == "workers" else f", env_placement={here!r}"
         return (f"VecSampler({self.num_workers} workers x {self.envs_per_worker} envs{halves}, "
-                f"{self.autoreset_mode.value}, {self.context}, {state})")
+                f"{self.autoreset_mode.value}, {self.context}{placed}, {state})")
 
 
 # --- helpers -------------------------------------------------------------------------------------

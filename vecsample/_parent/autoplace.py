@@ -57,8 +57,15 @@ def resolve(layout: Layout, spaces: tuple[Space[Any], Space[Any]]) -> Layout:
     workers = layout.options.num_workers
     size = layout.bounds(layout.slots(0)[-1])[1]  # the first process's block: the largest
     envs = layout.hosted if layout.hosted is not None else layout.env_fns[:size]
-    block = TIME_BLOCK(envs, layout.options.autoreset_mode, spaces, list(range(size)), BUDGET_S)
-    choice, reason = choose(float(block), workers, usable_cores(), size)
+    try:
+        block = TIME_BLOCK(envs, layout.options.autoreset_mode, spaces, list(range(size)),
+                           BUDGET_S)
+    except Exception as exc:  # the worker processes will name it, typed, and contain it
+        choice, reason = "workers", (f"a block of {size} envs could not be stepped here "
+                                     f"({type(exc).__name__}: {exc}); a worker process "
+                                     f"contains an env that fails")
+    else:
+        choice, reason = choose(float(block), workers, usable_cores(), size)
     warn_once(f"env_placement {choice} {layout.num_envs} {workers}",
               f"env_placement='auto' chose {choice!r}: {reason}", PlacementNotice)
     return dataclasses.replace(layout, env_placement=choice, placement_reason=reason)
