@@ -125,6 +125,16 @@ def _fds() -> dict[int, str]:
     return found
 
 
+def _children() -> set[int]:
+    """This process's live children (zombies, dead and not yet reaped, left out)."""
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.add(child.pid)
+    return found
+
+
 def _plain(infos: Any) -> dict[int, dict[str, Any]]:
     return {env: {k: np.asarray(v) for k, v in info.items()} for env, info in infos.items()}
 
@@ -369,14 +379,14 @@ def test_close_leaves_no_process_or_fd_and_closes_the_envs_here(make_sampler, pl
     marker = tmp_path / "closed"
     env_fns = [lambda i=i: CloseDuringStepEnv(i, str(marker), step_time=0.0) for i in range(4)]
     make_sampler(fns(CountingEnv, 2), num_workers=2).close()  # the long-lived helpers, started
-    before = _fds()
+    before, children = _fds(), _children()
     s = make_sampler(env_fns, num_workers=2, restart=True, env_placement=placement)
     s.reset()
     s.step(ones(4))
+    assert len(_children() - children) == (1 if placement == "share" else 0)
     s.close()
     assert _fds() == before
-    assert not [p for p in psutil.Process().children(recursive=True)
-                if "forkserver" not in " ".join(p.cmdline()) and p.status() != "zombie"]
+    assert _children() - children == set()
     # One line per env closed ("index pid when"); the first, env 0 that the parent built to
     # read the spaces. The envs of the blocks stepped here were closed here, by close().
     closed = [line.split(" ", 2) for line in marker.read_text().splitlines()[1:]]

@@ -247,7 +247,8 @@ class VecSampler:
         return self._channel.snapshot()
 
     def worker_pids(self) -> list[int]:
-        """The workers' process ids, in worker order; a restarted worker has a new one."""
+        """The workers' process ids, in worker order; a restarted worker has a new one. A
+        worker that this process serves itself (``env_placement``) has this process's."""
         self._check_open()
         return self._pool.pids()
 

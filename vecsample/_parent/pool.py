@@ -6,7 +6,9 @@ synchronous commands (reset, call, ...): send one pickled ``(Command, payload)``
 then read one reply per worker. What a command got comes back as a value, ``Replies``: the
 replies by worker and the workers lost on the way; the sampler's failure policy decides what
 to do with the lost ones (``restart.py``). Steps do not go through here: they travel through
-shared memory (``handshake.py``), driven by ``VecSampler``.
+shared memory (``handshake.py``), driven by ``VecSampler``. A worker that this process serves
+itself (``Options.env_placement``) has a stand-in process and pipe (``inparent.py``), made in
+``_serve_here``: the rest of the pool treats it as any worker.
 """
 
 from __future__ import annotations
