@@ -581,6 +581,14 @@ def test_a_bad_placement_is_refused_with_what_was_expected_and_the_fix(make_vect
     assert "'parent' all of them here" in message
 
 
+def test_vector_env_steps_one_block_in_the_parent_unless_told(make_vector_env):
+    from vecsample import EnvMaker
+
+    fns_ = [EnvMaker("CartPole-v1")] * 4
+    assert make_vector_env(fns_, env_placement="parent").sampler.num_workers == 1
+    assert make_vector_env(fns_, 2, env_placement="parent").sampler.num_workers == 2
+
+
 def test_the_default_pays_nothing_for_the_share(make_sampler):
     """No block in this process: the plain channel (no step of the parent's in its wait),
     and send_all hands the core over as before where the sampler spins."""

@@ -73,7 +73,8 @@ class VectorEnv(gym.vector.VectorEnv):
             spaces, ``metadata`` and ``render_mode`` (as AsyncVectorEnv does).
         num_workers: How many worker processes step the envs; each steps a contiguous block of
             envs one after another (blocks differ by at most one env). ``None``: one per usable
-            core, at most one per env and at most ``max_concurrency``.
+            core, at most one per env and at most ``max_concurrency`` (one with
+            ``env_placement="parent"``, which starts no worker process).
         shared_memory: As in AsyncVectorEnv: ``True`` refuses an observation space that shared
             memory cannot hold (``SharedMemorySpaceError``); ``False`` returns copies.
         copy: Return copies of the observations (as gymnasium does). ``False`` (with
@@ -490,6 +491,8 @@ def _worker_count(num_envs: int, num_workers: Any, max_concurrency: Any,
         num_workers = options.replace(num_workers=num_workers).num_workers
     elif "num_workers" in options.given:
         num_workers = options.num_workers
+    elif options.env_placement == "parent":
+        return 1  # no worker process: one block, as a second one only costs its bookkeeping
     limit = usable_cores()
     if max_concurrency is not None:
         cap = check_int(max_concurrency, "max_concurrency", fix="None puts no limit")
