@@ -325,6 +325,24 @@ def test_an_env_that_raises_here_is_rebuilt_in_place_flagged(make_sampler, place
     assert not after.restarted.any() and after.obs[:, 1].tolist() == [4, 4, 1, 1]
 
 
+def test_a_pipelined_share_restarts_both_halves_as_a_process_does(make_sampler):
+    """pipeline=True: this process serves the last process's two halves. An env that raises
+    in one restarts both, counted once; the other half's step had run, so its result stands
+    and its restart comes with its next step (docs/semantics.md, "Pipelining")."""
+    s = make_sampler(fns(RaisingEnv, 8, at_step=2, bad_index=7), num_workers=2, seed=0,
+                     pipeline=True, restart=True, env_placement="share")
+    assert s.worker_pids()[2:] == [os.getpid()] * 2
+    s.reset()
+    s.step(ones(8))
+    r = s.step(ones(8))
+    assert r.restarted.tolist() == [False] * 6 + [True] * 2
+    assert r.obs[4:6, 1].tolist() == [2, 2]  # half 2's step stands, with its data
+    assert [w for w, _ in s.restart_log] == [3]
+    after = s.step(ones(8))
+    assert after.restarted.tolist() == [False] * 4 + [True] * 2 + [False] * 2
+    assert after.obs[:4, 1].tolist() == [3] * 4 and after.obs[6:, 1].tolist() == [1, 1]
+
+
 def test_a_reset_that_raises_here_is_typed_and_the_others_answer(make_sampler):
     s = make_sampler(fns(RaisingEnv, 4, where="reset", bad_index=3), num_workers=2,
                      env_placement="share")
