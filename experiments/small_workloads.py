@@ -102,8 +102,8 @@ def chosen(env: gym.vector.VectorEnv) -> str:
     """Where a VectorEnv steps its envs: its placement and its worker count."""
     if not isinstance(env, VectorEnv):
         return "this process"
-    layout = env.sampler.layout
-    return f"{layout.env_placement}, {env.sampler.num_workers} blocks"
+    layout, n = env.sampler.layout, env.sampler.num_workers
+    return f"{layout.env_placement}, {n} block{'s' if n != 1 else ''}"
 
 
 def steps_per_s(env: gym.vector.VectorEnv, act: Callable[[np.ndarray], np.ndarray],
