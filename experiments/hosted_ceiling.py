@@ -6,12 +6,15 @@ no sampler, with a free handshake and a free parent, beats one process by more t
 ``t(n) / t(n / W)``: the ceiling this prints. A vector env whose step has a large fixed cost
 (numpy calls whose time does not grow with the envs) has a low ceiling at small ``n``.
 
-Beside the ceiling, two samplers of the same ``n`` envs, as speedups over one process:
-``hosted``, VecSampler with one vector env per worker (W workers, what vecsample does today),
-and ``parent share``, a design not built into vecsample, measured here through the public step
-API: the parent steps one share itself, in its own process, while W - 1 hosted workers step the
-rest (``send_all``, the parent's own ``step``, then ``step_recv``). Everything is timed in this
-process, the configurations interleaved, each the median of ``--repeats`` runs.
+Beside the ceiling, three samplers of the same ``n`` envs, as speedups over one process:
+``hosted``, VecSampler with one vector env per worker (W worker processes, ``step``);
+``by hand``, the parent's share built through the public step API before vecsample had it:
+the parent steps one share itself, a vector env of its own, while W - 1 hosted workers step
+the rest (``send_all``, the parent's own ``step``, then ``step_recv``); and ``share``, the
+same design through the
+option, ``env_placement="share"`` (``step``): W blocks, the last one stepped by the parent's
+process when the wait for the batch begins. Everything is timed in this process, the
+configurations interleaved, each the median of ``--repeats`` runs.
 
 Run: ``python experiments/hosted_ceiling.py --num-envs 512 4096 --workers 2``
 """
@@ -67,25 +70,27 @@ def vector_step(env: gym.vector.VectorEnv) -> Callable[[int], object]:
 
 
 def sampler_batch(sampler: VecSampler, own: gym.vector.VectorEnv | None) -> Callable[[int], None]:
-    """Call i: one full batch of ``sampler`` (its workers) and of ``own`` (stepped by this
-    process between send_all and step_recv, when given), with pre-drawn actions."""
+    """Call i: one full batch of ``sampler`` with pre-drawn actions: ``step`` (the full-batch
+    path); with ``own``, ``send_all``, then ``own`` stepped by this process, then
+    ``step_recv``."""
     space = gym.vector.utils.batch_space(sampler.single_action_space, sampler.num_envs)
     space.seed(0)
     actions = [space.sample() for _ in range(16)]
-    own_step = None if own is None else vector_step(own)
+    if own is None:
+        return lambda i: sampler.step(actions[i % 16])
+    own_step = vector_step(own)
 
     def batch(i: int) -> None:
         sampler.send_all(actions[i % 16])
-        if own_step is not None:
-            own_step(i)
+        own_step(i)
         sampler.step_recv(None)
     return batch
 
 
-def _hosted(env_id: str, num_envs: int, workers: int) -> VecSampler:
+def _hosted(env_id: str, num_envs: int, workers: int, placement: str = "workers") -> VecSampler:
     # infos off and NextStep, as the bench's hosted rows (CartPole's vector infos are empty).
     sampler = VecSampler(HostedVector(env_id), num_envs=num_envs, num_workers=workers,
-                         infos=False, autoreset_mode="NextStep")
+                         infos=False, autoreset_mode="NextStep", env_placement=placement)
     sampler.reset(seed=0)
     return sampler
 
@@ -105,9 +110,10 @@ def measure(args: Args) -> dict[tuple[str, int], float]:
     try:
         for n in wholes:
             samplers[("hosted", n)] = _hosted(args.env_id, n, w)
-            samplers[("parent share", n)] = _hosted(args.env_id, n - n // w, w - 1)
+            samplers[("by hand", n)] = _hosted(args.env_id, n - n // w, w - 1)
+            samplers[("share", n)] = _hosted(args.env_id, n, w, "share")
         timers = {("vector", n): vector_step(env) for n, env in envs.items()}
-        timers |= {(kind, n): sampler_batch(s, envs[n // w] if kind == "parent share" else None)
+        timers |= {(kind, n): sampler_batch(s, envs[n // w] if kind == "by hand" else None)
                    for (kind, n), s in samplers.items()}
         timings = [{key: per_call_us(call, args.seconds) for key, call in timers.items()}
                    for _ in range(args.repeats)]
@@ -122,11 +128,12 @@ def main(args: Args) -> None:
         raise SplitError(args.workers)
     med = measure(args)
     print(f"{'envs':>6}{'one process µs':>16}{'one share µs':>14}{'ceiling':>9}{'hosted':>8}"
-          f"{'parent share':>14}")
+          f"{'by hand':>9}{'share':>8}")
     for n in args.num_envs:
         one, share = med[("vector", n)], med[("vector", n // args.workers)]
         print(f"{n:>6}{one:>16.1f}{share:>14.1f}{one / share:>8.2f}x"
-              f"{one / med[('hosted', n)]:>7.2f}x{one / med[('parent share', n)]:>13.2f}x")
+              f"{one / med[('hosted', n)]:>7.2f}x{one / med[('by hand', n)]:>8.2f}x"
+              f"{one / med[('share', n)]:>7.2f}x")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:

@@ -23,7 +23,7 @@ from vecsample.testing import CountingEnv, fns
 BOTH_PATHS = frozenset({
     "test_recv", "test_restart", "test_pipeline", "test_interrupts", "test_lifetime",
     "test_commands", "test_handshake", "test_replay", "test_autoreset", "test_env_output",
-    "test_hosted", "test_info_columns", "test_scaling",
+    "test_hosted", "test_info_columns", "test_scaling", "test_share",
 })
 #: The paths this machine can run: the C one only where it was built.
 PATHS = ("native", "python") if handshake.NATIVE else ("python",)

@@ -128,6 +128,21 @@ def test_queue_choice_experiment_runs():
     assert "pipe-bytes" in proc.stdout
 
 
+def test_small_workloads_experiment_runs_on_a_tiny_budget(tmp_path):
+    """experiments/small_workloads.py (docs/benchmarks.md, "Small workloads and the parent's
+    share"): its table, the load average beside it, and the JSON the docs' figures come from."""
+    out = tmp_path / "small.json"
+    proc = run_script("small_workloads", "--env-ids", "CartPole-v1", "--num-envs", "2",
+                      "--seconds", "0.05", "--rounds", "2", "--placements", "parent",
+                      "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split()[2] for line in lines[1:-1]] == ["sync", "vecsample", "auto", "parent"]
+    assert "load average" in lines[-1]
+    saved = json.loads(out.read_text())
+    assert len(saved["results"][0]["rounds"]) == 2 and "load_before" in saved["machine"]
+
+
 def test_step_timeline_experiment_stamps_every_step():
     proc = subprocess.run([sys.executable, "-m", "experiments.step_timeline", "--num-envs", "4",
                            "--batches", "30", "--pause-ms", "1"], capture_output=True, text=True,

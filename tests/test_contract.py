@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from vecsample import AutoresetMode, EnvMaker, HostedVector, errors
+from vecsample import AutoresetMode, EnvMaker, HostedVector, Options, errors
 from vecsample.testing import CountingEnv, SamplerContract
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,28 @@ class TestHostedBatchEnv(SamplerContract, unittest.TestCase):
     def make_env(self, autoreset_mode: AutoresetMode) -> Any:
         return HostedVector("HalfCheetahBatch-v5", env_kwargs={
             "max_episode_steps": 4, "autoreset_mode": autoreset_mode.value})
+
+
+# --- the same promises with blocks stepped in this process (Options.env_placement) ---------------
+
+
+class TestEnvBlockShared(TestEnvBlock):
+    """The env block with the last process's block (both halves, pipelined) stepped in this
+    process: its restart check kills the worker process that is left."""
+
+    options = Options(env_placement="share")
+
+
+class TestEnvBlockInParent(TestEnvBlock):
+    """Every block stepped in this process: no worker process (the restart check skips)."""
+
+    options = Options(env_placement="parent")
+
+
+class TestHostedSyncVectorEnvShared(TestHostedSyncVectorEnv):
+    """A hosted vector env, the last process's one stepped in this process."""
+
+    options = Options(env_placement="share")
 
 
 # --- envs broken on purpose ----------------------------------------------------------------------

@@ -40,6 +40,7 @@ BAD: dict[str, tuple[Any, str]] = {
     "record": (3, "None or a file path"),
     "replay": (b"run.log", "None or a file path"),
     "handshake": ("fast", "one of ['auto', 'native', 'python']"),
+    "env_placement": ("cloud", "one of ['workers', 'share', 'parent', 'auto']"),
 }
 
 
@@ -51,7 +52,7 @@ def test_the_defaults():
         300.0, 120.0, 1, None)
     assert (o.check_actions, o.restart, o.max_restarts, o.spin_us) == (True, False, 3, None)
     assert (o.uneven_split, o.pipeline, o.record, o.replay) == (False, False, None, None)
-    assert o.handshake == "auto"
+    assert o.handshake == "auto" and o.env_placement == "workers"
 
 
 def test_every_field_has_a_docstring_in_the_source():

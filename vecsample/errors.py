@@ -577,6 +577,15 @@ class ReplayUnsupportedError(ReplayError, RuntimeError):
         self.what = what
 
 
+# --- notices ------------------------------------------------------------------------------------
+
+
+class PlacementNotice(UserWarning):
+    """What ``env_placement="auto"`` chose and why (what it measured): a notice, given once per
+    process for each choice, not a problem. ``sampler.layout.placement_reason`` keeps it;
+    ``warnings.filterwarnings("ignore", category=PlacementNotice)`` silences it."""
+
+
 # --- the gymnasium adapter's errors live beside it (vecsample/adapters/errors.py) ----------------
 
 #: Their names here, kept for one release: each warns and gives the class from its new module.

@@ -160,6 +160,17 @@ class Options:
     same results either way; the C path costs the parent and the workers less per step
     (docs/architecture.md, "The native path")."""
 
+    env_placement: str = field(default="workers", metadata=TUNING)
+    """Where the workers' blocks of envs are stepped: ``"workers"`` (each in a process of its
+    own), ``"share"`` (the last worker's block in this process, the trainer's, which steps it
+    while the other workers step theirs: on a machine with few cores the parent is then not one
+    more busy process), ``"parent"`` (every block in this process: no worker process, a serial
+    loop behind the same API) or ``"auto"`` (times a step of the envs here at start, picks the
+    cheapest of the three for this machine and says which and why, once). The blocks, the step
+    API and the data are the same whichever runs them. A block in this process gives up two
+    guarantees: an env that hangs there cannot be killed, and one that crashes the process
+    takes the trainer with it (docs/reliability.md, "The parent's share")."""
+
     def __post_init__(self) -> None:
         # Frozen, so the normalised values go in through object.__setattr__, before anyone can
         # read the object: every later reader gets the checked form.
@@ -359,6 +370,19 @@ def _handshake(value: Any, name: str) -> str:
     return str(value)
 
 
+#: ``env_placement``'s values: where the blocks are stepped (docs/semantics.md).
+PLACEMENTS = ("workers", "share", "parent", AUTO)
+
+
+def _placement(value: Any, name: str) -> str:
+    if value not in PLACEMENTS:
+        raise ConfigError(name=name, expected=f"one of {list(PLACEMENTS)}", got=value,
+                          fix="'workers' steps every block in a process of its own, 'share' "
+                          "the last one in this process, 'parent' all of them here; 'auto' "
+                          "times a step and chooses")
+    return str(value)
+
+
 def _check_together(options: Options) -> None:
     """The checks that read two fields."""
     if options.record is not None and options.replay is not None:
@@ -397,9 +421,10 @@ CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "record": _path,
     "replay": _path,
     "handshake": _handshake,
+    "env_placement": _placement,
 }
 DEFAULTS = Options()
 
 __all__ = ["AUTO", "AUTO_SPIN_US", "DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "MAX_SPIN_US",
-           "STARTUP_DEADLINE", "Options", "adapted", "check_context", "check_int", "check_mode",
-           "check_options", "check_seconds", "check_seed", "usable_cores"]
+           "PLACEMENTS", "STARTUP_DEADLINE", "Options", "adapted", "check_context", "check_int",
+           "check_mode", "check_options", "check_seconds", "check_seed", "usable_cores"]

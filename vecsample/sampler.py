@@ -27,7 +27,7 @@ from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
 import numpy as np
 
 from vecsample import errors, hosted
-from vecsample._parent import signals
+from vecsample._parent import autoplace, signals
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.guard import CallGuard
 from vecsample._parent.layout import Layout
@@ -35,7 +35,7 @@ from vecsample._parent.pool import WorkerPool
 from vecsample._parent.replay import NO_LOG, CallLog, open_log
 from vecsample._parent.restart import FailurePolicy, RaiseFailures, Restarts
 from vecsample._parent.stats import Meter, PhaseSource
-from vecsample._parent.stepping import StepChannel
+from vecsample._parent.stepping import SharingChannel, StepChannel
 from vecsample._wire import handshake
 from vecsample._wire.handshake import HandshakeState
 from vecsample._wire.protocol import Command, WorkerState
@@ -143,8 +143,12 @@ class VecSampler:
         chosen = check_options(options).replace(**overrides)
         layout = Layout.build(Envs.of(env_fns, num_envs, env_kwargs), chosen)
         obs, act, probe = _probe_spaces(layout, observation_space, action_space)
+        if probe is not None:
+            layout = dataclasses.replace(layout, probe=probe)
+        if layout.env_placement == "auto":  # times a block here, once the spaces are known
+            layout = autoplace.resolve(layout, (obs, act))
         #: What this sampler runs: its envs, options and what derives from both (read-only).
-        self.layout = layout if probe is None else dataclasses.replace(layout, probe=probe)
+        self.layout = layout
         self._start(obs, act)
 
     @property
@@ -207,7 +211,13 @@ class VecSampler:
         self._states = self._pool.states
         #: Who may call now: this process, one thread at a time (guard.py, docs/semantics.md).
         self._guard = CallGuard("VecSampler", self._states.stepping)
-        self._channel = StepChannel(self.layout, self._buffers, self._pool, ordered, self._meter)
+        # Chosen once: a channel that steps the blocks this process serves itself only where
+        # there are such blocks (Options.env_placement).
+        channel = SharingChannel if self.layout.parent_slots else StepChannel
+        self._channel = channel(self.layout, self._buffers, self._pool, ordered, self._meter)
+        #: Whether send_all gives the core up once it has posted: where the sampler spins, and
+        #: no block waits for this process to step it.
+        self._hand_over = self.layout.spin_s > 0 and not self.layout.parent_slots
         self._seeds = EnvSeeds(o.seed, self.num_envs)
         #: What a worker that died, raised or hung becomes, chosen here once: nothing below
         #: asks ``restart`` again (restart.py).
@@ -237,7 +247,8 @@ class VecSampler:
         return self._channel.snapshot()
 
     def worker_pids(self) -> list[int]:
-        """The workers' process ids, in worker order; a restarted worker has a new one."""
+        """The workers' process ids, in worker order; a restarted worker has a new one. A
+        worker that this process serves itself (``env_placement``) has this process's."""
         self._check_open()
         return self._pool.pids()
 
@@ -351,7 +362,7 @@ class VecSampler:
         self._actions.write(actions, self._channel.all_views.action_leaves, self.num_envs)
         # Posts, hands the core over where the sampler spins, and returns: a SIGINT from the
         # post on is the next call's (the yield is inside the channel's section, before it ends).
-        self._channel.send_all(start, hand_over=self.layout.spin_s > 0)
+        self._channel.send_all(start, hand_over=self._hand_over)
 
     def step(self, actions: Actions, *, copy: bool = False) -> StepResult:
         """Sends every worker its rows of ``actions`` and waits for the full batch."""
@@ -582,8 +593,10 @@ class VecSampler:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         halves = f" in {self.num_slots} halves" if self.num_slots != self.num_workers else ""
+        here = self.layout.env_placement
+        placed = "" if here == "workers" else f", env_placement={here!r}"
         return (f"VecSampler({self.num_workers} workers x {self.envs_per_worker} envs{halves}, "
-                f"{self.autoreset_mode.value}, {self.context}, {state})")
+                f"{self.autoreset_mode.value}, {self.context}{placed}, {state})")
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -51,6 +51,11 @@ class Layout:
     probe: HostedProbe | None = None
     #: Whether the step handshake runs its C hot path (``options.handshake`` resolved).
     native: bool = False
+    #: Where the blocks are stepped (``options.env_placement``; the sampler resolves "auto"
+    #: once the spaces are known): "workers", "share" or "parent" (``parent_slots``).
+    env_placement: str = "workers"
+    #: Why "auto" chose ``env_placement`` (what it measured); empty when it was given.
+    placement_reason: str = ""
 
     # No ``num_workers`` here: ``options.num_workers`` counts the processes, ``num_slots`` the
     # step API's workers.
@@ -69,6 +74,14 @@ class Layout:
         """The slots served by the process that serves slot ``w`` (``w`` and, pipelined, its
         other half)."""
         return self.slots(w // self.slots_per_process)
+
+    @property
+    def parent_slots(self) -> range:
+        """The slots that the trainer's own process serves (``env_placement``): the last
+        process's with "share", every slot with "parent", none with "workers"."""
+        if self.env_placement == "share":
+            return self.slots(self.options.num_workers - 1)
+        return range(self.num_slots) if self.env_placement == "parent" else range(0)
 
     @property
     def envs_per_slot(self) -> int:
@@ -93,6 +106,7 @@ class Layout:
             context=resolve_context(o.context), spin_s=spin_seconds(o.spin_us, o.num_workers),
             cpu_affinity=per_slot(check_affinity(o.cpu_affinity, o.num_workers), k),
             slots_per_process=k, hosted=envs.hosted, native=native_handshake(o.handshake),
+            env_placement=o.env_placement,
         )
 
 

@@ -6,7 +6,9 @@ synchronous commands (reset, call, ...): send one pickled ``(Command, payload)``
 then read one reply per worker. What a command got comes back as a value, ``Replies``: the
 replies by worker and the workers lost on the way; the sampler's failure policy decides what
 to do with the lost ones (``restart.py``). Steps do not go through here: they travel through
-shared memory (``handshake.py``), driven by ``VecSampler``.
+shared memory (``handshake.py``), driven by ``VecSampler``. A worker that this process serves
+itself (``Options.env_placement``) has a stand-in process and pipe (``inparent.py``), made in
+``_serve_here``: the rest of the pool treats it as any worker.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vecsample import errors
 from vecsample._parent.deadline import Deadline
+from vecsample._parent.inparent import WorkerProcess, serve_here
 from vecsample._parent.layout import Layout
 from vecsample._parent.signals import critical
 from vecsample._parent.startup import check_main_guard
@@ -43,8 +46,18 @@ from vecsample._wire.protocol import (
     WorkerStates,
 )
 from vecsample._wire.shm import SharedBuffers
-from vecsample._wire.spec import WORKER_MAIN, Pickled, PickledFactory, WorkerSpec
+from vecsample._wire.spec import (
+    IN_PARENT,
+    WORKER_MAIN,
+    Pickled,
+    PickledFactory,
+    PipeEnd,
+    WorkerSpec,
+)
 from vecsample.factories import env_registrations
+
+if TYPE_CHECKING:
+    from vecsample._wire.spec import InParent
 
 #: The longest single wait handed to poll(): longer ones are cut (poll takes int milliseconds).
 MAX_POLL_MS = 2**31 - 1
@@ -106,13 +119,18 @@ class WorkerPool:
         self._ctx: Any = mp.get_context(layout.context)  # typeshed: BaseContext lacks Process
         # The workers' shared doorbell to a sleeping parent (handshake.py): (reader, writer).
         self.ring_reader, self.ring_writer = self._ctx.Pipe(duplex=False)
-        self.procs: list[BaseProcess] = []
-        self.conns: list[Connection] = []
+        #: Per worker, the process that serves it (a ``ParentProcess`` stand-in for a worker
+        #: this process serves itself, ``env_placement``) and the parent's end of its pipe.
+        self.procs: list[WorkerProcess] = []
+        self.conns: list[PipeEnd] = []
+        #: The workers this process serves itself, by slot (``layout.parent_slots``): what the
+        #: step channel runs when its wait begins (``SharingChannel``).
+        self.served: dict[int, InParent] = {}
         #: Per worker, the fd that polls readable once its process has exited (``death_fd``):
         #: what every wait for a worker watches, set once per process (spawn, respawn).
         self.deaths: list[int] = []
         #: The pidfds this pool opened, by process: closed when the process is reaped.
-        self._pidfds: dict[BaseProcess, int] = {}
+        self._pidfds: dict[WorkerProcess, int] = {}
         self._owner = os.getpid()
         self._all_deaths: dict[int, list[int]] | None = None  # all of them, until a respawn
         #: The futex that sleeping workers wait on (None: each sleeps on its pipe); rung after
@@ -137,7 +155,8 @@ class WorkerPool:
 
     def start(self) -> None:
         """Starts every worker and waits until all have built their envs."""
-        check_main_guard(self.layout.context)
+        if len(self.layout.parent_slots) < self.layout.num_slots:  # a process to start
+            check_main_guard(self.layout.context)
         for p in range(self.layout.options.num_workers):
             proc, conns, death = self._spawn(self.layout.slots(p))  # EnvFactoryError: caller
             self.procs += [proc] * len(conns)  # per worker: a process serves its slots  (closes)
@@ -178,10 +197,13 @@ class WorkerPool:
             self.procs[s], self.conns[s], self.deaths[s] = proc, conn, death
         self._await_built(list(slots), deadline)
 
-    def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection], int]:
+    def _spawn(self, slots: range) -> tuple[WorkerProcess, list[PipeEnd], int]:
         """Starts the process serving workers ``slots``; its pipes, one per worker, and the fd
-        that tells its death (``death_fd``)."""
+        that tells its death (``death_fd``). Slots that this process serves itself
+        (``layout.parent_slots``) are built here, now (``inparent.serve_here``)."""
         self._all_deaths = None  # a new process: a new death fd
+        if slots.start in self.layout.parent_slots:
+            return self._serve_here(slots)
         pipes = [self._ctx.Pipe(duplex=True) for _ in slots]
         others = [c for i, c in enumerate(self.conns) if i not in slots]
         inherited = [*others, *(parent for parent, _ in pipes), self.ring_reader]
@@ -204,6 +226,13 @@ class WorkerPool:
         if owned:
             self._pidfds[proc] = death
         return proc, [parent for parent, _ in pipes], death
+
+    def _serve_here(self, slots: range) -> tuple[WorkerProcess, list[PipeEnd], int]:
+        """Workers ``slots``, served by this process: their blocks built here (the worker's
+        own code, through ``IN_PARENT``), their stand-in process and pipes."""
+        proc, pipes, served = serve_here(IN_PARENT, [_worker_spec(self, w, []) for w in slots])
+        self.served.update(zip(slots, served, strict=True))
+        return proc, list(pipes), proc.death_fd
 
     def pids(self) -> list[int]:
         return [int(proc.pid or 0) for proc in self.procs]
@@ -387,7 +416,7 @@ class WorkerPool:
             "are just slow",
         )
 
-    def _wait_any(self, waiting: dict[Connection, int], timeout: float | None) -> list[Any]:
+    def _wait_any(self, waiting: dict[PipeEnd, int], timeout: float | None) -> list[Any]:
         """The pipes and death fds of ``waiting`` workers that are ready within ``timeout``."""
         handles = [*waiting, *{self.deaths[w] for w in waiting.values()}]
         return wait_handles(handles, None if timeout is None else max(0.0, timeout))
@@ -422,7 +451,7 @@ class WorkerPool:
 
 # --- helpers -------------------------------------------------------------------------------------
 
-def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> WorkerSpec:
+def _worker_spec(pool: WorkerPool, w: int, inherited: list[PipeEnd]) -> WorkerSpec:
     """What the process serving worker ``w`` needs for it (``inherited``: pipe ends to close
     under fork)."""
     lo, hi = pool.layout.bounds(w)
@@ -447,9 +476,9 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection]) -> Worke
 
 
 def shutdown(
-    procs: list[BaseProcess], conns: list[Connection], timeout: float,
-    more: Sequence[Connection] = (), announce: Callable[[Sequence[int]], None] | None = None,
-    pidfds: dict[BaseProcess, int] | None = None,
+    procs: Sequence[WorkerProcess], conns: Sequence[PipeEnd], timeout: float,
+    more: Sequence[PipeEnd] = (), announce: Callable[[Sequence[int]], None] | None = None,
+    pidfds: dict[WorkerProcess, int] | None = None,
 ) -> None:
     """Asks every worker to exit (``announce``: ``WorkerPool.announce``, for all of them),
     then terminates and kills what is left, then closes the pipes (``more``: the doorbell
@@ -481,8 +510,8 @@ def shutdown(
             os.close(fd)
 
 
-def _join_all(procs: Sequence[BaseProcess], end: float | None,
-              pidfds: dict[BaseProcess, int]) -> None:
+def _join_all(procs: Sequence[WorkerProcess], end: float | None,
+              pidfds: dict[WorkerProcess, int]) -> None:
     """Reaps those of ``procs`` that exit before ``end`` (None: waits for all)."""
     for proc in procs:
         fd = pidfds.get(proc)
@@ -520,8 +549,8 @@ def _exited(fd: int, timeout: float | None) -> bool:
     return bool(wait_handles([fd], timeout))
 
 
-def _close_copies(conns: Sequence[Connection], more: Sequence[Connection],
-                  pidfds: dict[BaseProcess, int]) -> None:
+def _close_copies(conns: Sequence[PipeEnd], more: Sequence[PipeEnd],
+                  pidfds: dict[WorkerProcess, int]) -> None:
     """In a forked copy of the pool: closes its copies of the pipes and pidfds, and nothing
     else (the workers are the parent's)."""
     for conn in [*conns, *more]:
@@ -572,8 +601,8 @@ def wait_handles(objects: list[Any], timeout: float | None) -> list[Any]:
     return [by_fd[fd] for fd, _ in events]
 
 
-def _shutdown_in(owner: int, procs: list[BaseProcess], conns: list[Connection],
-                 more: Sequence[Connection], pidfds: dict[BaseProcess, int]) -> None:
+def _shutdown_in(owner: int, procs: list[WorkerProcess], conns: list[PipeEnd],
+                 more: Sequence[PipeEnd], pidfds: dict[WorkerProcess, int]) -> None:
     """The finalizer: ``shutdown`` in the process that made the workers, else only close the
     pipe and pidfd copies (a forked child exiting must not close its parent's workers)."""
     if os.getpid() == owner:

@@ -33,7 +33,6 @@ from types import FrameType
 from typing import Any
 
 from vecsample.errors import MainGuardError
-from vecsample.options import AUTO, check_context
 
 #: The vecsample package's directory, as the code's file names spell it (with and without
 #: symlinks resolved): a warning points at the first frame outside it, the user's line.
@@ -43,9 +42,10 @@ _warned: set[str] = set()  # warnings given once per process
 
 
 def resolve_context(requested: str) -> str:
-    """The start method to use: ``requested``, or for ``"auto"`` fork when it is safe."""
+    """The start method to use: ``requested`` (``Options.context``, checked there), or for
+    ``"auto"`` fork when it is safe."""
     methods = mp.get_all_start_methods()
-    if check_context(requested) == AUTO:
+    if requested == "auto":
         if "fork" in methods and sys.platform.startswith("linux") and _single_threaded():
             return "fork"
         return "forkserver" if "forkserver" in methods else "spawn"
@@ -110,13 +110,13 @@ def _guarded(path: str, line: int) -> bool:
     return any(lo <= line <= hi for lo, hi in _guard_ranges(path))
 
 
-def warn_once(key: str, message: str) -> None:
-    """A RuntimeWarning pointing at the user's line (the first frame outside vecsample),
-    given at most once per process for each ``key``."""
+def warn_once(key: str, message: str, category: type[Warning] = RuntimeWarning) -> None:
+    """A warning (a RuntimeWarning unless ``category`` says) pointing at the user's line (the
+    first frame outside vecsample), given at most once per process for each ``key``."""
     if key in _warned:
         return
     _warned.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=_user_stacklevel())
+    warnings.warn(message, category, stacklevel=_user_stacklevel())
 
 
 def _user_stacklevel() -> int:

@@ -28,10 +28,11 @@ class Meter:
         #: Added to on the hot path, so a plain dict: ``send_s``, ``wait_s`` (all of step_recv,
         #: and the time step() gives its core away once it has posted),
         #: ``return_s`` (the part of ``wait_s`` spent reading finished steps: the parent's own
-        #: work, not waiting), ``wait_cpu_s`` (CPU time spent waiting: spinning, polling),
-        #: ``recvs``, ``workers_received``.
-        self.timers = {"send_s": 0.0, "wait_s": 0.0, "return_s": 0.0, "wait_cpu_s": 0.0,
-                       "recvs": 0.0, "workers_received": 0.0}
+        #: work, not waiting), ``share_s`` (the part of ``wait_s`` spent stepping the blocks
+        #: this process serves itself, ``Options.env_placement``), ``wait_cpu_s`` (CPU time
+        #: spent waiting: spinning, polling), ``recvs``, ``workers_received``.
+        self.timers = {"send_s": 0.0, "wait_s": 0.0, "return_s": 0.0, "share_s": 0.0,
+                       "wait_cpu_s": 0.0, "recvs": 0.0, "workers_received": 0.0}
         self._born = time.perf_counter()
         self._sources: list[PhaseSource] = []
 

@@ -503,6 +503,50 @@ class StepChannel:
         return result
 
 
+class SharingChannel(StepChannel):
+    """The step channel of a sampler whose process serves some workers itself
+    (``Options.env_placement``, ``layout.parent_slots``): a wait for steps begins by running
+    those of them that are pending, here, while the worker processes step theirs; their
+    results are then read as any worker's. Those steps run in one interrupt-safe section: a
+    SIGINT that comes during them is raised once they are done, so a step is never half taken
+    (it is then finished and pending, and the next ``step_recv`` returns it). Chosen once by
+    the sampler: a sampler without such workers pays nothing for them."""
+
+    def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
+                 ordered: bool, meter: Meter | None = None) -> None:
+        super().__init__(layout, buffers, pool, ordered, meter)
+        self._here = tuple(layout.parent_slots)
+        #: Every worker is served here ("parent"): a batch is done once this process stepped it.
+        self._all_here = len(self._here) == layout.num_slots
+
+    def collect(self, pending: list[int], timeout: float | None, deadline: Deadline,
+                copy: bool) -> Collected:
+        self._step_here(pending)
+        return super().collect(pending, timeout, deadline, copy)
+
+    def _wait_batch(self, end: float | None) -> bool:
+        self._step_here(None)  # a batch posted together: every worker is pending
+        if self._all_here:  # nothing left to wait for
+            return self._hs.all_done()
+        return super()._wait_batch(end)
+
+    def _step_here(self, pending: Collection[int] | None) -> None:
+        """Runs the posted steps of the workers served here that are in ``pending`` (None:
+        all); ``share_s`` counts the time, a part of ``wait_s``."""
+        served = self._pool.served
+        started = time.perf_counter()
+        signals.enter()
+        try:
+            for w in self._here:
+                if pending is None or w in pending:
+                    served[w].step()
+        finally:
+            self._timers["share_s"] += time.perf_counter() - started
+            signals.leave()  # a SIGINT that came during the steps is raised now
+        if self._states.closed:  # by another thread's close(), which waited for the steps
+            raise _closed_while_waiting()
+
+
 def _add_infos(schema: Schema, result: StepResult, records: list[InfoRecord] | None,
                bits: tuple[int, int]) -> None:
     """The step's infos: copies of the columns it wrote, plus the pickled rest."""
@@ -533,4 +577,4 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return a if b is None else min(a, b)
 
 
-__all__ = ["Collected", "StepChannel"]
+__all__ = ["Collected", "SharingChannel", "StepChannel"]

@@ -191,6 +191,10 @@ class WorkerSide:
         self.seen = seq
         return True
 
+    def waiting(self) -> bool:
+        """Whether a step is posted and not yet taken (``posted`` takes it)."""
+        return bool(self.words[self.base + SEQ] != self.seen)
+
     def look(self) -> tuple[bool, bytes | None]:
         """Once, on the futex path: (True, None) for a posted step, (True, message) for a
         command, (False, None) for nothing (a stray doorbell is read and dropped)."""

@@ -61,6 +61,11 @@ class WorkerState(Enum):
     DEAD = "dead"  # the process is gone
     CLOSED = "closed"
 
+    # Hashed by identity, in C: Enum's own __hash__ is a Python call, and every transition
+    # hashes two states (the table's lookup and membership), twice a step. Members are
+    # singletons, so identity is equality.
+    __hash__ = object.__hash__
+
 
 _S = WorkerState
 #: Every move a worker's state may make; anything else is a bug in vecsample (ProtocolError).

@@ -5,6 +5,10 @@ or one hosted vector env (``hosted_block.py``). Each command is a method of the 
 reads actions from shared memory, steps the block, which writes its rows of shared memory, and
 answers with one byte (or the infos, when there are any). An exception in an env is answered
 with the env index and the traceback text; the worker itself keeps serving.
+
+The same worker runs in the trainer's own process for the blocks it steps itself
+(``Options.env_placement``): ``ServedInParent`` takes what the parent sends on the worker's
+pipe and runs a posted step when the parent's wait begins, with no process around it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -83,12 +88,8 @@ def serve(workers: Sequence[_Worker]) -> None:
         worker = workers[slot]
         if message is None:
             worker._step_posted()
-            continue
-        command, payload = pickle.loads(message)
-        if command is Command.CLOSE:
+        elif not worker.handle(message):  # CLOSE
             waiter.close(slot)
-            continue
-        worker._run(command, worker.handlers[command], payload)
     for worker in workers:
         worker._close_envs()
 
@@ -102,27 +103,98 @@ class _NoParent:
         self.last = message
 
 
-def local_step(spec: WorkerSpec, seeds: Sequence[int | None]) -> Callable[[], object]:
+def local_step(spec: WorkerSpec, seeds: Sequence[int | None],
+               ) -> tuple[Callable[[], object], Callable[[], None]]:
     """Builds and resets (with ``seeds``) ``spec``'s envs in this process and returns the
     worker's step: the same loop, with no process, pipe or handshake around it (``vecsample
-    bench`` times it against a bare loop). The actions are read from ``spec.buffers``."""
+    bench`` times it against a bare loop), and what closes the envs. The actions are read from
+    ``spec.buffers``."""
     pipe = _NoParent()
     worker = _Worker(spec, pipe)  # type: ignore[arg-type]  # only send_bytes is used
     if not worker.build():
+        worker._close_envs()
         report: ErrorReport = pickle.loads(pipe.last)[1]
         raise EnvFactoryError(f"env {report.env} could not be built in this process: "
                               f"{report.exc_type}: {report.message}; check its factory.")
     block = worker.block
     block.reset((list(seeds), None, None))
     if spec.autoreset_mode is not AutoresetMode.DISABLED:
-        return worker._step
+        return worker._step, worker._close_envs
 
     def step_and_reset() -> None:  # DISABLED freezes ended envs: reset them, as its users do
         worker._step()
         if block.ended.any():
             block.reset(([None] * worker.count, None, block.ended.copy()))
 
-    return step_and_reset
+    return step_and_reset, worker._close_envs
+
+
+class _InParentPipe:
+    """The worker's end of its pipe when the trainer's process serves it (``ServedInParent``):
+    its replies go straight to the parent's end; a step's pickled actions wait here."""
+
+    def __init__(self, reply: Callable[[bytes], None]) -> None:
+        self.send_bytes = reply
+        self.actions: deque[bytes] = deque()
+
+    def recv_bytes(self) -> bytes:
+        return self.actions.popleft()
+
+
+class ServedInParent:
+    """A worker of the step API that the trainer's own process serves (``Options.env_placement``,
+    an ``InParent`` of ``_wire/spec.py``): the worker's code (its block, its side of the
+    handshake, its replies and errors) with no process around it, so that results, infos,
+    modes, seeds and restarts stay one code path. What the parent sends on the worker's pipe
+    comes to ``deliver``: a command runs at once, a step's pickled actions wait for its step;
+    ``step`` runs a posted step (the parent's wait for steps begins with it); the replies go to
+    ``reply``, the parent's end of the pipe (``_parent/inparent.py``)."""
+
+    def __init__(self, spec: WorkerSpec, reply: Callable[[bytes], None]) -> None:
+        self._pipe = _InParentPipe(reply)
+        self._worker = _Worker(spec, self._pipe)  # type: ignore[arg-type]  # its two methods
+        # Envs are not thread-safe: a close() from another thread waits for the step or command
+        # under way. Reentrant: the SIGTERM handler (signals.py) closes the samplers from
+        # whatever this thread was doing, and the process then dies of the signal.
+        self._lock = threading.RLock()
+        self.closed = False
+
+    def build(self) -> None:
+        """Builds the block and replies READY, or its error (its envs then closed)."""
+        with self._lock:
+            if not self._worker.build():
+                self._close()
+
+    def deliver(self, message: bytes) -> None:
+        """A message the parent sent on the worker's pipe. OSError: the worker is closed, as a
+        dead process's pipe is."""
+        with self._lock:
+            if self.closed:
+                raise BrokenPipeError("this worker, served in the parent's process, is closed")
+            if message == DOORBELL:
+                return
+            side = self._worker.side
+            assert side is not None
+            if self._worker.action_lane and side.waiting():  # the posted step's pickled
+                self._pipe.actions.append(message)  # actions (``StepChannel.ring``)
+            elif not self._worker.handle(message):  # CLOSE
+                self._close()
+
+    def step(self) -> None:
+        """Runs the step posted to this worker, if one is posted and not yet run."""
+        with self._lock:
+            side = self._worker.side
+            if not self.closed and side is not None and side.posted():
+                self._worker._step_posted()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._worker._close_envs()
 
 
 # --- process settings ---------------------------------------------------------------------------
@@ -245,6 +317,8 @@ class _Worker:
             if carried is not None:  # spawn, forkserver: before the factories need them
                 _register_missing(carried.load(), carried.context)
             self.block.build()
+        except KeyboardInterrupt:
+            raise  # the user's: only a worker served in the trainer's process gets one
         except BaseException:
             self._send_error("BUILD")
             return False
@@ -293,6 +367,16 @@ class _Worker:
                 raise
             self.cursor.env, error = found
             raise error from None
+
+    def handle(self, message: bytes) -> bool:
+        """Runs the command that ``message`` carries and sends its reply; False for CLOSE,
+        which it leaves to the caller (the process closes the slot, the parent's stand-in its
+        envs)."""
+        command, payload = pickle.loads(message)
+        if command is Command.CLOSE:
+            return False
+        self._run(command, self.handlers[command], payload)
+        return True
 
     def _run(self, command: Command, handler: Callable[[Any], Any], payload: Any) -> None:
         try:

@@ -73,7 +73,8 @@ class VectorEnv(gym.vector.VectorEnv):
             spaces, ``metadata`` and ``render_mode`` (as AsyncVectorEnv does).
         num_workers: How many worker processes step the envs; each steps a contiguous block of
             envs one after another (blocks differ by at most one env). ``None``: one per usable
-            core, at most one per env and at most ``max_concurrency``.
+            core, at most one per env and at most ``max_concurrency`` (one with
+            ``env_placement="parent"``, which starts no worker process).
         shared_memory: As in AsyncVectorEnv: ``True`` refuses an observation space that shared
             memory cannot hold (``SharedMemorySpaceError``); ``False`` returns copies.
         copy: Return copies of the observations (as gymnasium does). ``False`` (with
@@ -90,7 +91,9 @@ class VectorEnv(gym.vector.VectorEnv):
             ``metadata`` and ``render_mode`` are read in a worker).
         action_space: Likewise, for the action space.
         options: The ``VecSampler`` underneath's ``vecsample.Options`` (``deadline``,
-            ``restart``, ``check_actions``, ``cpu_affinity``, ``record``, ``replay``, ...).
+            ``restart``, ``check_actions``, ``cpu_affinity``, ``record``, ``replay``, ...;
+            ``env_placement="auto"`` for a small job: the envs step where they cost least,
+            in this process if a round trip to workers does not pay, docs/semantics.md).
             ``infos`` is always on here; ``uneven_split`` is on and ``autoreset_mode``
             ``NEXT_STEP`` unless ``options`` (or the keywords) set them. The arguments above
             that share a name with a field (``num_workers``, ``context``, ``autoreset_mode``)
@@ -240,8 +243,10 @@ class VectorEnv(gym.vector.VectorEnv):
                 f"envs {np.nonzero(self._ended)[0].tolist()} ended and autoreset is disabled; "
                 f"call reset(options={{'reset_mask': mask}}) for them before stepping.",
                 name="reset")
-        with _env_errors():
+        try:  # as _env_errors(), without a context manager's calls on every step
             self._sampler.send_all(actions)
+        except errors.WorkerError as exc:
+            raise _reported([exc]) from exc.__cause__
         self._pending, self._received = ("step", ()), []
 
     def step_wait(
@@ -486,6 +491,8 @@ def _worker_count(num_envs: int, num_workers: Any, max_concurrency: Any,
         num_workers = options.replace(num_workers=num_workers).num_workers
     elif "num_workers" in options.given:
         num_workers = options.num_workers
+    elif options.env_placement == "parent":
+        return 1  # no worker process: one block, as a second one only costs its bookkeeping
     limit = usable_cores()
     if max_concurrency is not None:
         cap = check_int(max_concurrency, "max_concurrency", fix="None puts no limit")
