@@ -219,9 +219,14 @@ def main(args: Args, argv: Sequence[str] = ()) -> dict[str, Any]:
     return result
 
 
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Args from ``argv`` (default: the command line)."""
+    return tyro.cli(Args, description=__doc__, args=argv)
+
+
 if __name__ == "__main__":
     argv = sys.argv[1:]
-    result = main(tyro.cli(Args, description=__doc__, args=argv), argv)
+    result = main(parse_args(argv), argv)
     m = result["meta"]
     print(f"{m['cpu']}, {m['cores']} cores; python {m['python']}, "
           + ", ".join(f"{k} {m['versions'].get(k)}" for k in ("numpy", "gymnasium", "mujoco"))

@@ -183,6 +183,22 @@ def test_recv_after_every_actor_is_lost_raises_the_same_error(
     assert sampler.stats()["actors_alive"] == 0
 
 
+def test_an_actor_killed_for_good_with_restarts_left_is_retired_not_awaited(
+    make: Callable[..., RaySampler],
+) -> None:
+    # Ray will not restart it, restarts left or not: it is lost now, not "restarting" forever.
+    sampler = make(num_actors=1, actor_restarts=2, start_deadline=60.0)
+    sampler.recv()
+    ray.kill(sampler.actor(0), no_restart=True)
+    start = time.monotonic()
+    with pytest.raises(ActorsLostError, match=r"ray\.kill") as caught:
+        for _ in range(3):  # a chunk finished before the kill may still come first
+            sampler.recv()
+    assert time.monotonic() - start < 30.0  # well inside start_deadline: it was not waited for
+    assert sorted(caught.value.lost) == [0]
+    assert_accounted(sampler)
+
+
 # --- item 4: ray.shutdown() under a live sampler --------------------------------------------------
 
 
