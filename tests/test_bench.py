@@ -55,7 +55,8 @@ def test_tiny_run_writes_json_of_the_right_shape(tmp_path, capsys, without_optio
     rows = {r["backend"]: r for r in data["results"]}
     assert list(rows) == bench.DEFAULT_BACKENDS == [
         n for n in bench_backends.BACKENDS
-        if n not in ("vecsample_partial_record", "vector_one", "hosted")]
+        if n not in ("vecsample_partial_record", "vector_one", "hosted", "hosted_defaults",
+                      "hosted_share")]
     for name in ("bare", "machine", "vecsample", "vecsample_partial", "vector_env", "sync",
                  "async"):
         row = rows[name]
@@ -233,6 +234,8 @@ def test_vectorization_measures_hosted_vector_envs_beside_one_process(tmp_path, 
         assert rows[name]["skipped"] is None and rows[name]["steps_per_s"] > 0, name
     assert rows["hosted"]["layout"] == "2 × 2" and rows["vector_one"]["layout"] == "1 × 4"
     assert "envpool is not installed" in rows["envpool"]["skipped"]
+    for name in ("hosted_defaults", "hosted_share"):  # CartPole's entry point: NextStep only
+        assert "SameStep" in rows[name]["skipped"], rows[name]
     assert "CartPole-v1, 4 envs: hosted " in capsys.readouterr().out
 
 
@@ -255,10 +258,11 @@ def test_vectorization_hosts_the_batch_native_mujoco_env(tmp_path, capsys, env_i
     assert bench.run(parse(argv)) == 0
     rows = {r["backend"]: r for r in json.loads(out.read_text())["results"]}
     assert list(rows) == list(bench_backends.HOSTED_BACKENDS)
-    for name in ("bare", "machine", "vecsample", "vector_one", "hosted"):
+    for name in ("bare", "machine", "vecsample", "vector_one", "hosted", "hosted_defaults",
+                 "hosted_share"):
         assert rows[name]["skipped"] is None and rows[name]["steps_per_s"] > 0, name
     assert rows["vector_one"]["layout"] == "1 × 4, 2 threads"
-    assert rows["hosted"]["layout"] == "2 × 2"
+    assert rows["hosted"]["layout"] == rows["hosted_defaults"]["layout"] == "2 × 2"
     assert rows["envpool"]["skipped"] is None or "EnvPool" in rows["envpool"]["skipped"] or (
         "not installed" in rows["envpool"]["skipped"])
     cfg = bench_backends.Config(env_id, 4, 2, 2, 0.0, "none")
@@ -268,6 +272,12 @@ def test_vectorization_hosts_the_batch_native_mujoco_env(tmp_path, capsys, env_i
     finally:
         hosted.close()
     assert spec.id == vecsample.envs.BATCH_IDS[env_id]
+    share = bench_backends.BACKENDS["hosted_share"][1](cfg)
+    try:  # the user's one line, with its defaults: SameStep reached the batch env
+        assert share.sampler.get_attr("autoreset_mode")[0].name == "SAME_STEP"
+        assert share.sampler.options.env_placement == "share"
+    finally:
+        share.close()
     assert f"{env_id}, 4 envs: hosted " in capsys.readouterr().out
 
 

@@ -47,10 +47,12 @@ from vecsample.tools.bench_backends import (
 )
 from vecsample.types import AutoresetMode
 
+#: The rows of hosted vector envs only: measured with --vectorization (or named in --backends).
+HOSTED_ONLY = ("vector_one", "hosted", "hosted_defaults", "hosted_share")
 #: The partial-batch row recording a replay log: measured only with --record.
 RECORD_ROW = "vecsample_partial_record"
 DEFAULT_BACKENDS = [name for name in BACKENDS
-                    if name != RECORD_ROW and name not in ("vector_one", "hosted")]
+                    if name != RECORD_ROW and name not in HOSTED_ONLY]
 #: Env ids when --envs is not given: a cheap env, a MuJoCo env and an Atari env (issue 24).
 DEFAULT_ENVS = ["CartPole-v1", "HalfCheetah-v5", "ALE/Pong-v5"]
 #: With --vectorization: envs with a batched form (CartPole's entry point, the batch-native
@@ -385,6 +387,8 @@ def _commit() -> str | None:
 SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSampler partial",
          RECORD_ROW: "VecSampler partial + record", "vector_one": "vector env, 1 process",
          "hosted": "VecSampler hosted vector envs",
+         "hosted_defaults": "VecSampler hosted, defaults",
+         "hosted_share": "VecSampler hosted, share",
          "vecsample_pipeline": "VecSampler pipelined halves"}
 HEADER = ("backend", "layout", "steps/s", "× bare", "× machine", "CPU µs", "CPU eff")
 #: The second block of a group: vecsample's rows, their U and E, the parent's µs per batch.
@@ -530,7 +534,12 @@ def _hosted_conclusion(by: dict[str, Row]) -> str:
                                 ("vecsample", "VecSampler"), ("envpool", "EnvPool"),
                                 ("bare", "the bare loop"))
              if name in by]
-    return "hosted " + ", ".join(parts)
+    line = "hosted " + ", ".join(parts)
+    for name, what in (("hosted_defaults", "defaults"), ("hosted_share", "share")):
+        steps = by[name].steps_per_s if name in by else None
+        if steps and "envpool" in by and by["envpool"].steps_per_s:
+            line += f"; hosted with {what} {steps / by['envpool'].steps_per_s:.2f}× EnvPool"
+    return line
 
 
 def render(rows: list[Row], lat: dict[str, Any] | None, timeout: float | None) -> str:

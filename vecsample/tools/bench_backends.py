@@ -430,6 +430,19 @@ def _hosted(cfg: Config) -> Backend:
     return Sampler(cfg, None, sampler=sampler)
 
 
+def _hosted_defaults(cfg: Config, placement: str = "workers") -> Backend:
+    """``VecSampler(HostedVector(batch id), num_envs, num_workers)`` as a user writes it (issue
+    34's hosted target): every default (SameStep, which the sampler gives the batch env; infos
+    on); ``placement``: ``env_placement`` (``"share"``: the trainer's process steps one block)."""
+    if not cfg.batch_native:
+        raise Unavailable(f"{cfg.env_id}'s vector entry point takes no autoreset_mode, so "
+                          f"VecSampler's default (SameStep) is refused for it; the 'hosted' row "
+                          f"runs it in NextStep")
+    sampler = VecSampler(HostedVector(BATCH_IDS[cfg.env_id]), num_envs=cfg.num_envs,
+                         num_workers=cfg.workers, env_placement=placement)
+    return Sampler(cfg, None, sampler=sampler)
+
+
 def _vector_one(cfg: Config) -> Backend:
     """The same vector env as the hosted rows' in this process, all envs in one batch (a
     batch-native MuJoCo env with one physics thread per core)."""
@@ -464,10 +477,15 @@ BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "vector_one": ("gymnasium make_vec (the hosted rows' vector env), 1 process",
                    _no_sleep(_vector_one)),
     "hosted": ("vecsample VecSampler, one hosted vector env per worker", _no_sleep(_hosted)),
+    "hosted_defaults": ("vecsample VecSampler(HostedVector(batch id)), its defaults",
+                        _no_sleep(_hosted_defaults)),
+    "hosted_share": ("vecsample VecSampler(HostedVector(batch id)), env_placement='share'",
+                     _no_sleep(lambda c: _hosted_defaults(c, "share"))),
 }
 #: The rows of --vectorization ("Past the bare loop", docs/benchmarks.md): the bare loop, the
 #: machine limit, VecSampler over the single envs, the vector env in one process, hosted, EnvPool.
-HOSTED_BACKENDS = ("bare", "machine", "vecsample", "vector_one", "hosted", "envpool")
+HOSTED_BACKENDS = ("bare", "machine", "vecsample", "vector_one", "hosted", "hosted_defaults",
+                   "hosted_share", "envpool")
 
 
 # --- latency ---------------------------------------------------------------------------------
