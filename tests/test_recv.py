@@ -136,6 +136,57 @@ def test_worker_index_out_of_range_or_not_an_int(sampler, worker):
         sampler.step_send(worker, ones(2))
 
 
+# --- step_send_many: several workers in one call -----------------------------------------------
+
+
+def test_step_send_many_gives_what_step_send_gives_each_worker(make_sampler):
+    one = make_sampler(fns(CountingEnv, 6, length=7), num_workers=3)
+    many = make_sampler(fns(CountingEnv, 6, length=7), num_workers=3)
+    for s in (one, many):
+        s.reset(seed=0)
+    for t in range(12):  # past an episode's end: the autoresets come through too
+        order = [2, 0] if t % 2 else [1, 2, 0]  # a subset, in any order, as step_recv returns
+        blocks = [np.array([(w + t) % 4, (w + 2 * t) % 4]) for w in order]
+        for w, block in zip(order, blocks, strict=True):
+            one.step_send(w, block)
+        many.step_send_many(order, blocks)
+        got = [{r.worker: r for r in s.step_recv(None)} for s in (one, many)]
+        assert sorted(got[0]) == sorted(got[1]) == sorted(order)
+        for w in order:
+            for field in ("obs", "rewards", "terminated", "truncated", "has_final_obs"):
+                np.testing.assert_array_equal(getattr(got[0][w], field),
+                                              getattr(got[1][w], field), err_msg=f"{t} {w}")
+
+
+def test_step_send_many_with_a_busy_worker_posts_nothing(sampler):
+    sampler.step_send(1, ones(2))
+    with pytest.raises(errors.WorkerBusyError, match=r"worker 1.*step_recv"):
+        sampler.step_send_many([0, 1], [ones(2), ones(2)])
+    assert [r.worker for r in sampler.step_recv(None)] == [1]  # worker 0 was never started
+    with pytest.raises(errors.NoPendingError):
+        sampler.step_recv(0.05)
+    sampler.step_send_many([0, 1], [ones(2), ones(2)])  # still usable
+    assert sorted(r.worker for r in sampler.step_recv(None)) == [0, 1]
+
+
+@pytest.mark.parametrize(("workers", "blocks"), [([0, 0], 2), ([0, 1], 1), ([0], 2)])
+def test_step_send_many_refuses_a_worker_twice_or_a_block_count_that_differs(
+        sampler, workers, blocks):
+    with pytest.raises(errors.ConfigError, match=r"step_send_many.*each worker once"):
+        sampler.step_send_many(workers, [ones(2)] * blocks)
+    with pytest.raises(errors.NoPendingError):  # nothing was posted
+        sampler.step_recv(0.05)
+
+
+def test_step_send_many_with_a_bad_block_posts_nothing(sampler):
+    with pytest.raises(errors.ActionShapeError):
+        sampler.step_send_many([0, 1], [ones(2), ones(3)])
+    with pytest.raises(errors.NoPendingError):
+        sampler.step_recv(0.05)
+    with pytest.raises(errors.WorkerIndexError):
+        sampler.step_send_many([0, 5], [ones(2), ones(2)])
+
+
 # --- the deadline of a step -----------------------------------------------------------------------
 
 

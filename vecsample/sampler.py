@@ -279,6 +279,48 @@ class VecSampler:
         finally:
             guard.idle = restore  # a store, no call: nothing runs between the post and return
 
+    def step_send_many(self, workers: Sequence[int], actions: Sequence[Actions]) -> None:
+        """``step_send`` for several workers in one call: ``actions[i]`` is ``workers[i]``'s
+        block (``envs_per_slot`` rows). Every worker is checked and every block written before
+        anything is posted; then all are posted and the sleeping ones woken together (one
+        futex wake on the native path, where ``step_send`` wakes one worker per call). So a
+        partial-batch loop sends back what ``step_recv`` returned in one call, whatever their
+        number.
+
+        Same results as ``step_send`` for each worker in order. An error or a KeyboardInterrupt
+        out of it means that nothing was posted: every worker listed is still idle.
+        """
+        guard = self._guard
+        restore = guard.claim("step_send_many")  # this thread's and process's (guard.py)
+        try:
+            signals.raise_held()  # one held by the last send: raised before anything is done
+            start = time.perf_counter()
+            ws = self._idle_workers(workers, actions)
+            for w in ws:
+                self._log.send(w)  # a replay checks each send before anything is written
+            for w, block in zip(ws, actions, strict=True):
+                self._actions.write(block, self._channel.views[w].action_leaves,
+                                    len(self._channel.blocks[w]))
+            self._channel.send_many(ws, start)  # posts all, one wake: a SIGINT now is held
+        finally:
+            guard.idle = restore
+
+    def _idle_workers(self, workers: Sequence[int], actions: Sequence[Actions]) -> list[int]:
+        """``workers`` as indices, each idle and listed once, with one block of ``actions``
+        each; else the error ``step_send`` would raise, or a ConfigError, before any write."""
+        ws = [self._states.index(w, self._closed) for w in workers]
+        if len(set(ws)) != len(ws) or len(actions) != len(ws):
+            raise errors.ConfigError(
+                name="step_send_many(workers, actions)",
+                expected="distinct workers and one block of actions per worker",
+                got=f"workers {list(workers)} with {len(actions)} blocks",
+                fix="list each worker once, and pass actions[i] for workers[i]")
+        for w in ws:
+            self._expect_idle(w, "step_send_many")
+            if self._no_frozen:
+                hosted.check_not_ended(self._channel.views[w], self.layout.bounds(w)[0])
+        return ws
+
     def step_recv(
         self, timeout: float | None = None, *, deadline: float | None = None, copy: bool = False
     ) -> list[StepResult]:

@@ -145,6 +145,16 @@ class StepChannel:
         finally:
             signals.commit()  # the last call: no KeyboardInterrupt between the post and return
 
+    def send_many(self, workers: Sequence[int], started: float) -> None:
+        """``send`` for each of ``workers`` (all idle, each once), with one ring for all: the
+        end of step_send_many. A SIGINT from the first post on is held for the next call."""
+        signals.enter()
+        try:
+            self.ring([w for w in workers if self._post(w)])
+            self._timers["send_s"] += time.perf_counter() - started
+        finally:
+            signals.commit()  # the last call: no KeyboardInterrupt between the posts and return
+
     def send_all(self, started: float, hand_over: bool = False) -> None:
         """``send`` for every worker (all idle): the end of send_all. With ``hand_over`` it
         then yields this process's core once (``sched_yield``), so that the worker sharing it

@@ -125,10 +125,10 @@ def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, po
 
 
 def _send(sampler: VecSampler, workers: Sequence[int], actions: np.ndarray) -> int:
-    """Sends block ``i`` of ``actions`` to ``workers[i]`` (slots); returns the env steps sent."""
+    """Sends block ``i`` of ``actions`` to ``workers[i]`` (slots), in one call; returns the env
+    steps sent."""
     b = sampler.envs_per_slot
-    for i, w in enumerate(workers):
-        sampler.step_send(w, actions[i * b:(i + 1) * b])
+    sampler.step_send_many(workers, [actions[i * b:(i + 1) * b] for i in range(len(workers))])
     return b * len(workers)
 
 
