@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -36,6 +36,10 @@ def _valid_mask(tensor: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
     return valid.view(*valid.shape, *(1,) * (tensor.dim() - 2))
 
 
+#: What discounted_cumsum's loop runs on: a torch tensor, or the numpy array of a CPU one.
+_Rows = TypeVar("_Rows", torch.Tensor, NDArray[np.float32])
+
+
 def discounted_cumsum(values: torch.Tensor, *factors: float) -> torch.Tensor:
     """``out[t] = out[t + 1] * f1 * f2 ... + values[t]`` along dim 0 (returns-to-go, GAE).
 
@@ -46,26 +50,18 @@ def discounted_cumsum(values: torch.Tensor, *factors: float) -> torch.Tensor:
     """
     if values.device.type == "cpu" and values.dtype == torch.float32 and (
             not values.requires_grad):
-        return torch.from_numpy(_discounted_cumsum_numpy(values.numpy(), factors))
-    out = torch.zeros_like(values)
-    running = torch.zeros_like(values[0])
+        array = values.numpy()  # each factor a float32, as torch casts a Python scalar for it
+        scalars = [np.float32(factor) for factor in factors]
+        return torch.from_numpy(_cumsum_into(array, scalars, np.zeros_like(array),
+                                             np.zeros_like(array[0])))
+    return _cumsum_into(values, factors, torch.zeros_like(values), torch.zeros_like(values[0]))
+
+
+def _cumsum_into(values: _Rows, factors: Sequence[Any], out: _Rows, running: Any) -> _Rows:
+    """``discounted_cumsum``'s loop, written into ``out`` from a zero ``running`` row: the same
+    operations in the same order on a torch tensor or a numpy array."""
     for t in range(values.shape[0] - 1, -1, -1):
         for factor in factors:
-            running = running * factor
-        running = running + values[t]
-        out[t] = running
-    return out
-
-
-def _discounted_cumsum_numpy(values: NDArray[np.float32],
-                             factors: Sequence[float]) -> NDArray[np.float32]:
-    """``discounted_cumsum``'s loop on a float32 array (each factor a float32, as torch casts a
-    Python scalar for a float32 tensor)."""
-    out = np.zeros_like(values)
-    running = np.zeros_like(values[0])
-    scalars = [np.float32(factor) for factor in factors]
-    for t in range(values.shape[0] - 1, -1, -1):
-        for factor in scalars:
             running = running * factor
         running = running + values[t]
         out[t] = running
