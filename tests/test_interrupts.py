@@ -437,10 +437,13 @@ def test_a_storm_of_sigints_never_leaves_a_raised_send_posted(make_sampler, hand
     rng, tally = np.random.default_rng(0), Tally()
     start = time.monotonic()
     # 3 s at least, and on until 5 SIGINTs have landed after a post (a loaded machine lands
-    # fewer there: 4 in 3 s once in CI); 30 s at most, then the asserts below say what was seen.
-    while time.monotonic() - start < 3.0 or (handshake_path == "python" and
-                                             tally.interrupts["held"] < 5 and
-                                             time.monotonic() - start < 30.0):
+    # fewer there: 4 in 3 s once in CI) and 100 in step_recv (55 in 3 s once under CI's load);
+    # 30 s at most, then the asserts below say what was seen.
+    def covered() -> bool:
+        held = handshake_path != "python" or tally.interrupts["held"] >= 5
+        return held and tally.interrupts["step_recv"] >= 100
+
+    while time.monotonic() - start < 3.0 or (not covered() and time.monotonic() - start < 30.0):
         _round(s, tally, float(rng.uniform(0.0, 1e-3)))
     assert tally.violations == [], (tally.violations[:5], len(tally.violations))
     # SIGINTs landed after a post (held) and everywhere else: the windows were all exercised.
