@@ -7,15 +7,16 @@ same run (``[native]``, ``[python]``), so that one ``pytest`` run checks both.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
 import pytest
+from helpers import force_transport
 
 from vecsample import VecSampler, VectorEnv
-from vecsample._parent import layout
 from vecsample._wire import handshake
 from vecsample.testing import CountingEnv, fns
 
@@ -26,7 +27,7 @@ BOTH_PATHS = frozenset({
     "test_hosted", "test_info_columns", "test_scaling", "test_share",
 })
 #: The paths this machine can run: the C one only where it was built.
-PATHS = ("native", "python") if handshake.NATIVE else ("python",)
+PATHS = ("native", "python") if handshake.MACHINE.native else ("python",)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -42,7 +43,7 @@ def handshake_path(request: pytest.FixtureRequest,
     choice to the options (the C path where it was built)."""
     path: str = getattr(request, "param", "auto")
     if path == "python":
-        monkeypatch.setattr(layout, "native_handshake", lambda requested: False)
+        force_transport(monkeypatch, dataclasses.replace(handshake.MACHINE, native=False))
     return path
 
 

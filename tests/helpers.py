@@ -14,6 +14,9 @@ import numpy as np
 import psutil
 import pytest
 
+from vecsample._parent import layout
+from vecsample._wire.handshake import Transport
+
 
 def assert_same(a: Any, b: Any, where: str = "", strict: bool = False) -> None:
     """Equal structure, values and dtypes; object arrays (gymnasium's final_obs) elementwise.
@@ -100,3 +103,9 @@ def run_file(path: str | Path, *args: str, cwd: Path = ROOT) -> subprocess.Compl
     return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
                           timeout=120, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
+
+
+def force_transport(monkeypatch: pytest.MonkeyPatch, transport: Transport) -> None:
+    """Every sampler built from now on in this test runs ``transport``, whatever its options
+    ask: the one decision (``layout.decide_transport``) returns it."""
+    monkeypatch.setattr(layout, "decide_transport", lambda requested: transport)

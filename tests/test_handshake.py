@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ones
+from helpers import force_transport, ones
 
 from vecsample import errors
 from vecsample._parent import layout
@@ -86,7 +86,7 @@ def test_no_wake_up_is_lost(make_sampler, monkeypatch, spin_us, pipeline):
 def test_unordered_platform_protocol(make_sampler, monkeypatch, context, pipeline):
     """The protocol used off x86: every post and reply rings, readiness comes from the rings
     (with ``pipeline``, a process sleeps on both its workers' pipes)."""
-    monkeypatch.setattr(handshake, "ORDERED", False)
+    force_transport(monkeypatch, handshake.Transport(native=False, ordered=False, futex=False))
     s = make_sampler(fns(SlowEnv, 6, step_time=2e-5, tail="uniform", spread=1.0),
                      num_workers=3, infos=False, context=context, pipeline=pipeline)
     assert not s.handshake_state().ordered

@@ -8,6 +8,7 @@ the C path says so and refuses to pretend it has it.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from collections.abc import Callable
@@ -23,8 +24,9 @@ from vecsample._parent.stepping import StepChannel
 from vecsample._wire import handshake
 from vecsample.testing import CountingEnv, SlowEnv, fns
 
-needs_native = pytest.mark.skipif(not handshake.NATIVE, reason=str(handshake.NATIVE_MISSING))
-PATHS = ("native", "python") if handshake.NATIVE else ("python",)
+needs_native = pytest.mark.skipif(not handshake.MACHINE.native,
+                                  reason=str(handshake.NATIVE_MISSING))
+PATHS = ("native", "python") if handshake.MACHINE.native else ("python",)
 
 
 @needs_native
@@ -106,14 +108,16 @@ def test_a_full_batch_costs_the_same_python_calls_whatever_the_number_of_workers
 
 
 def test_native_where_it_cannot_run_is_refused_with_the_reason(make_sampler, monkeypatch):
-    monkeypatch.setattr(handshake, "NATIVE", False)
+    monkeypatch.setattr(handshake, "MACHINE",
+                        dataclasses.replace(handshake.MACHINE, native=False))
     monkeypatch.setattr(handshake, "NATIVE_MISSING", "the reason, in one line")
     with pytest.raises(errors.ConfigError, match=r"handshake.*'native'.*the reason, in one line"):
         VecSampler(fns(CountingEnv, 2), num_workers=1, handshake="native")
 
 
 def test_auto_without_the_c_path_says_so_once_and_runs_python(make_sampler, monkeypatch):
-    monkeypatch.setattr(handshake, "NATIVE", False)
+    monkeypatch.setattr(handshake, "MACHINE",
+                        dataclasses.replace(handshake.MACHINE, native=False))
     monkeypatch.setattr(handshake, "NATIVE_MISSING", "the reason, in one line")
     monkeypatch.setattr(startup, "_warned", set())
     with warnings.catch_warnings(record=True) as seen:

@@ -260,6 +260,43 @@ def loaded_after(statement: str) -> list[str]:
     return loaded
 
 
+#: What the step transport is decided from and built of (vecsample/_wire/handshake.py): the
+#: machine's facts, the two ends' classes and the C module. Outside handshake.py only
+#: ``TRANSPORT_READER`` may name any of them (the machine's facts, in ``decide_transport``):
+#: everything else gets the ends from ``parent_side`` / ``waiter``, and a change of protocol
+#: stays in handshake.py, _native.c and that one decision (docs/architecture.md).
+TRANSPORT_NAMES = frozenset({"MACHINE", "ParentSide", "NativeParentSide", "Waiter",
+                             "NativeWaiter", "Bell", "_native"})
+#: A transport's fields, read as attributes (a local variable may well be called ``ordered``).
+TRANSPORT_FIELDS = frozenset({"futex", "ordered"})
+TRANSPORT_HOME = "vecsample/_wire/handshake.py"
+TRANSPORT_READER = ("vecsample/_parent/layout.py", "decide_transport")
+
+
+def transport_reads(source: str, filename: str) -> list[str]:
+    """Every name or attribute of ``TRANSPORT_NAMES`` that ``source`` uses in code (not in
+    strings or comments), outside the one reader's function, as ``file:line name`` lines."""
+    tree = ast.parse(source, filename)
+    allowed: set[int] = set()
+    if filename == TRANSPORT_READER[0]:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == TRANSPORT_READER[1]:
+                allowed.update(id(n) for n in ast.walk(node))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in allowed:
+            continue
+        if isinstance(node, ast.Attribute) and node.attr in TRANSPORT_FIELDS:
+            found.append(f"{filename}:{node.lineno} .{node.attr}")
+            continue
+        name = (node.id if isinstance(node, ast.Name) else node.attr
+                if isinstance(node, ast.Attribute) else node.name.rpartition(".")[2]
+                if isinstance(node, ast.alias) else None)  # an import, under whatever name
+        if name in TRANSPORT_NAMES:
+            found.append(f"{filename}:{getattr(node, 'lineno', 0)} {name}")
+    return found
+
+
 # --- the checks on the package --------------------------------------------------------------------
 
 
@@ -272,6 +309,27 @@ def test_no_function_over_40_lines():
     offenders = [o for path in files for o in oversized(path.read_text(), _relative(path))
                  if " function " in o]
     assert not offenders, f"{len(offenders)} too long:\n" + "\n".join(offenders)
+
+
+def test_the_transport_is_decided_in_one_place():
+    """Only handshake.py and the one decision (``layout.decide_transport``) read the machine's
+    facts or name the ends of the handshake; the rest of the package builds the ends through
+    ``handshake.parent_side`` and ``handshake.waiter``, from ``Layout.transport``."""
+    offenders = [o for path in sorted(PACKAGE.rglob("*.py")) if _relative(path) != TRANSPORT_HOME
+                 for o in transport_reads(path.read_text(), _relative(path))]
+    assert not offenders, "the transport read outside its decision:\n" + "\n".join(offenders)
+
+
+def test_transport_reads_can_fail():
+    assert transport_reads("import x\nx.MACHINE\n", "vecsample/sampler.py") == [
+        "vecsample/sampler.py:2 MACHINE"]
+    assert transport_reads("if t.futex and t.ordered: pass\n", "vecsample/a.py") == [
+        "vecsample/a.py:1 .futex", "vecsample/a.py:1 .ordered"]
+    assert transport_reads("ordered = sorted(x)\n", "vecsample/a.py") == []
+    assert transport_reads("from h import NativeWaiter as W\n", "b.py") == ["b.py:1 NativeWaiter"]
+    reader = "def decide_transport():\n    return h.MACHINE\nh.MACHINE\n"
+    assert transport_reads(reader, TRANSPORT_READER[0]) == [f"{TRANSPORT_READER[0]}:3 MACHINE"]
+    assert transport_reads("'MACHINE'  # ordered futex\n", "c.py") == []
 
 
 def test_the_core_imports_no_integration_or_tool():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from vecsample._wire.handshake import NATIVE
+from vecsample._wire.handshake import MACHINE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,7 +137,7 @@ def test_the_core_wheel_samples_cartpole_without_torch(core_python: Path, tmp_pa
     assert "extra: train" in out, out
 
 
-@pytest.mark.skipif(not NATIVE, reason="the C handshake is built on x86-64 Linux only")
+@pytest.mark.skipif(not MACHINE.native, reason="the C handshake is built on x86-64 Linux only")
 def test_the_wheel_carries_the_c_handshake_and_the_sampler_takes_it(dist: Path,
                                                                     core_python: Path,
                                                                     tmp_path: Path):

@@ -36,7 +36,6 @@ from vecsample._parent.replay import NO_LOG, CallLog, open_log
 from vecsample._parent.restart import FailurePolicy, RaiseFailures, Restarts
 from vecsample._parent.stats import Meter, PhaseSource
 from vecsample._parent.stepping import SharingChannel, StepChannel
-from vecsample._wire import handshake
 from vecsample._wire.handshake import HandshakeState
 from vecsample._wire.protocol import Command, WorkerState
 from vecsample._wire.shm import STAT_FIELDS, WORKER_FIELDS, SharedBuffers
@@ -206,15 +205,14 @@ class VecSampler:
         self._everyone = list(range(self.num_slots))
         self._buffers = SharedBuffers(obs_space, act_space, self.num_envs, self.num_slots)
         self._meter = Meter()  # stats(): our timers and the phases of code built on us
-        ordered = handshake.ORDERED  # read once: tests force the unordered protocol through it
-        self._pool = WorkerPool(self.layout, self._buffers, ordered)
+        self._pool = WorkerPool(self.layout, self._buffers)
         self._states = self._pool.states
         #: Who may call now: this process, one thread at a time (guard.py, docs/semantics.md).
         self._guard = CallGuard("VecSampler", self._states.stepping)
         # Chosen once: a channel that steps the blocks this process serves itself only where
         # there are such blocks (Options.env_placement).
         channel = SharingChannel if self.layout.parent_slots else StepChannel
-        self._channel = channel(self.layout, self._buffers, self._pool, ordered, self._meter)
+        self._channel = channel(self.layout, self._buffers, self._pool, self._meter)
         #: Whether send_all gives the core up once it has posted: where the sampler spins, and
         #: no block waits for this process to step it.
         self._hand_over = self.layout.spin_s > 0 and not self.layout.parent_slots

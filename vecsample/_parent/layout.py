@@ -10,6 +10,7 @@ check lives with its field in options.py.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from vecsample._parent.startup import resolve_context, warn_once
 from vecsample._wire import handshake
+from vecsample._wire.handshake import PLAIN, Transport
 from vecsample.errors import ConfigError
 from vecsample.options import AUTO_SPIN_US, Options, usable_cores
 
@@ -49,8 +51,9 @@ class Layout:
     hosted: HostedVector | None = None
     #: What the parent's probe of ``hosted`` found it can do (set once the spaces are read).
     probe: HostedProbe | None = None
-    #: Whether the step handshake runs its C hot path (``options.handshake`` resolved).
-    native: bool = False
+    #: How the step handshake runs (``options.handshake`` and the machine, decided once by
+    #: ``decide_transport``): the parent's side and every worker's waiter are built from it.
+    transport: Transport = PLAIN
     #: Where the blocks are stepped (``options.env_placement``; the sampler resolves "auto"
     #: once the spaces are known): "workers", "share" or "parent" (``parent_slots``).
     env_placement: str = "workers"
@@ -59,6 +62,11 @@ class Layout:
 
     # No ``num_workers`` here: ``options.num_workers`` counts the processes, ``num_slots`` the
     # step API's workers.
+
+    @property
+    def native(self) -> bool:
+        """Whether the step handshake runs its C hot path (``transport.native``)."""
+        return self.transport.native
 
     @property
     def num_slots(self) -> int:
@@ -105,7 +113,7 @@ class Layout:
             env_fns=envs.fns, options=o, num_envs=envs.count,
             context=resolve_context(o.context), spin_s=spin_seconds(o.spin_us, o.num_workers),
             cpu_affinity=per_slot(check_affinity(o.cpu_affinity, o.num_workers), k),
-            slots_per_process=k, hosted=envs.hosted, native=native_handshake(o.handshake),
+            slots_per_process=k, hosted=envs.hosted, transport=decide_transport(o.handshake),
             env_placement=o.env_placement,
         )
 
@@ -173,18 +181,21 @@ def check_affinity(
     return sets
 
 
-def native_handshake(requested: str) -> bool:
-    """Whether to run the handshake's C path: "native" insists (a ConfigError where it cannot
-    run), "python" declines, "auto" takes it where it can and says once why not."""
-    if requested == "python" or not handshake.ORDERED:  # forced off (tests) as NATIVE is
-        return False
-    if not handshake.NATIVE:
-        reason = handshake.NATIVE_MISSING or ""
-        if requested == "native":
-            raise ConfigError(name="handshake", expected="'auto' or 'python' here",
-                              got="'native'", fix=reason)
+def decide_transport(requested: str) -> Transport:
+    """How the step handshake runs, from ``options.handshake`` and what this machine can run
+    (``handshake.MACHINE``; this is its one reader): "native" insists on the C path (a
+    ConfigError where it cannot run), "python" declines it, "auto" takes it where it can and
+    says once why not. The futex and the memory order are the machine's."""
+    machine = handshake.MACHINE
+    if machine.native and requested != "python":
+        return machine
+    reason = handshake.NATIVE_MISSING or ""
+    if requested == "native":
+        raise ConfigError(name="handshake", expected="'auto' or 'python' here",
+                          got="'native'", fix=reason)
+    if requested == "auto" and machine.ordered:  # x86 without the build: say how to get it
         warn_once("native", f"{reason}.")
-    return handshake.NATIVE
+    return dataclasses.replace(machine, native=False)
 
 
 def spin_seconds(spin_us: float | None, num_workers: int) -> float:

@@ -36,7 +36,7 @@ from vecsample._parent.inparent import WorkerProcess, serve_here
 from vecsample._parent.layout import Layout
 from vecsample._parent.signals import critical
 from vecsample._parent.startup import check_main_guard
-from vecsample._wire.handshake import COMMANDS, FUTEX, Bell
+from vecsample._wire.handshake import parent_side
 from vecsample._wire.protocol import (
     OK_MESSAGE,
     Command,
@@ -111,11 +111,10 @@ if hasattr(os, "register_at_fork"):
 class WorkerPool:
     """The workers of one sampler: their processes, pipes and states."""
 
-    def __init__(self, layout: Layout, buffers: SharedBuffers, ordered: bool) -> None:
+    def __init__(self, layout: Layout, buffers: SharedBuffers) -> None:
         self.layout = layout
         self.states = WorkerStates(layout.num_slots)
         self._buffers = buffers
-        self._ordered = ordered
         self._ctx: Any = mp.get_context(layout.context)  # typeshed: BaseContext lacks Process
         # The workers' shared doorbell to a sleeping parent (handshake.py): (reader, writer).
         self.ring_reader, self.ring_writer = self._ctx.Pipe(duplex=False)
@@ -133,12 +132,10 @@ class WorkerPool:
         self._pidfds: dict[WorkerProcess, int] = {}
         self._owner = os.getpid()
         self._all_deaths: dict[int, list[int]] | None = None  # all of them, until a respawn
-        #: The futex that sleeping workers wait on (None: each sleeps on its pipe); rung after
-        #: every command and step post (handshake.Bell).
-        self.bell = Bell(buffers.control()) if FUTEX and ordered else None
-        #: Each worker's COMMANDS word: counts the commands sent on its pipe, so that a
-        #: worker spinning for its next step stops to read them (handshake.Waiter._spin).
-        self._commands = buffers.control()[:layout.num_slots, COMMANDS]
+        #: The parent's end of the step handshake, as ``layout.transport`` says (the step
+        #: channel drives it; the pool tells it of every command sent, ``announce``).
+        self.side = parent_side(layout.transport, buffers.control(), layout.num_slots,
+                                self.ring_reader, layout.spin_s, self.conns)
         #: What a spawn or forkserver worker registers before it builds (factories.py).
         self.registrations = (None if layout.context == "fork" else Pickled(
             env_registrations(layout.env_fns, layout.hosted), layout.context,
@@ -323,13 +320,9 @@ class WorkerPool:
         return replies
 
     def announce(self, workers: Sequence[int]) -> None:
-        """After a command was sent to each of ``workers``: a worker spinning for its next step
-        sees its COMMANDS word move and reads its pipe; one asleep on the futex is rung (one
-        asleep on its pipe wakes by itself)."""
-        for w in workers:
-            self._commands[w] += 1
-        if self.bell is not None:
-            self.bell.ring(workers)
+        """After a command was sent to each of ``workers``: the handshake's side makes sure
+        each reads it now, spinning or asleep (``ParentSide.commanded``)."""
+        self.side.commanded(workers)
 
     def reconcile(self, deadline: Deadline) -> list[errors.WorkerDiedError]:
         """Before a command: an interrupted command's replies are read, and the workers that
@@ -468,8 +461,8 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[PipeEnd]) -> WorkerSp
         # PR_SET_PDEATHSIG fires when the creating *thread* exits: from another thread,
         # the worker relies on its watchdog (the parent's death is seen within 0.2 s).
         pdeathsig=threading.current_thread() is threading.main_thread(),
-        spin_s=pool.layout.spin_s, ring_writer=pool.ring_writer, ordered=pool._ordered,
-        native=pool.layout.native,
+        spin_s=pool.layout.spin_s, ring_writer=pool.ring_writer,
+        transport=pool.layout.transport,
         inherited_conns=inherited if pool.layout.context == "fork" else [],
         registrations=pool.registrations,
     )

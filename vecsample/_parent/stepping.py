@@ -27,16 +27,12 @@ from vecsample._parent import signals
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
 from vecsample._parent.stats import Meter
-from vecsample._wire import handshake
 from vecsample._wire.handshake import (
-    DOORBELL,
     INFO_RESET,
     INFO_STEP,
     REPLY,
     REPLY_MESSAGE,
     HandshakeState,
-    NativeParentSide,
-    ParentSide,
 )
 from vecsample._wire.infos import RESET, STEP, InfoRecord, Schema, read_batch, read_block
 from vecsample._wire.protocol import Reply, WorkerState
@@ -101,7 +97,7 @@ class StepChannel:
     """Posts, wakes and collects the steps of a pool's workers through shared memory."""
 
     def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
-                 ordered: bool, meter: Meter | None = None) -> None:
+                 meter: Meter | None = None) -> None:
         self._layout = layout
         #: The sampler's timers: ``return_s`` counts the time spent reading finished steps.
         self._timers = (meter or Meter()).timers
@@ -109,12 +105,8 @@ class StepChannel:
         self._states = pool.states
         self._buffers = buffers
         self._action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
-        side = NativeParentSide if layout.native else ParentSide  # chosen once (Layout.native)
-        self._hs = side(buffers.control(), layout.num_slots, pool.ring_reader, layout.spin_s,
-                        ordered)
-        #: The C path's wake-up (fence, who sleeps, one futex call), or None: the Python one.
-        self._native_wake = self._hs.wake if isinstance(self._hs, NativeParentSide) else None
-        self._ordered = ordered
+        #: The parent's end of the handshake, built by the pool from ``layout.transport``.
+        self._hs = pool.side
         control = buffers.control()[:layout.num_slots]
         #: Every worker's reply kind and info bitmasks: a full batch reads them at once.
         self._replies = control[:, REPLY]  # views (basic slices): they follow the words
@@ -215,22 +207,9 @@ class StepChannel:
             self._tidy(w)
 
     def ring(self, workers: Sequence[int]) -> None:
-        """Wakes those of ``workers`` that sleep: one futex ring for all where there is one,
-        else a pipe write each (handshake.py)."""
-        if self._native_wake is not None:  # one C call for all of them
-            self._native_wake(workers)
-        elif self._pool.bell is not None:
-            handshake.fence()
-            if workers and self._hs.any_sleeping(workers):
-                self._pool.bell.ring(workers)
-        else:
-            handshake.fence()
-            for w in workers:
-                if self._hs.wants_ring(w):
-                    # A dead worker cannot be rung; its death fd reports it in the next collect,
-                    # where the restart policy (or the error) handles it with the others.
-                    with contextlib.suppress(OSError):
-                        self._pool.conns[w].send_bytes(DOORBELL)
+        """Wakes those of ``workers`` that sleep (the transport's ``ring``), then sends their
+        pickled action leaves, if the action space has any."""
+        self._hs.ring(workers)
         if self._action_lane:
             self._send_actions(workers)
 
@@ -283,7 +262,7 @@ class StepChannel:
         types, pickled leaves, an env that raised); the general ``collect`` then takes over and
         finds the finished steps still unread. A SIGINT once the steps are taken is held for
         the next call (``signals.commit``): the batch is returned, nothing is lost."""
-        if self._marked or not self._ordered or not self._hs.batch_posted():
+        if self._marked or not self._hs.batch_posted():
             return None
         started = time.perf_counter()
         if not self._wait_batch(deadline.wait_end()) or self._replies.any():
@@ -523,8 +502,8 @@ class SharingChannel(StepChannel):
     the sampler: a sampler without such workers pays nothing for them."""
 
     def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
-                 ordered: bool, meter: Meter | None = None) -> None:
-        super().__init__(layout, buffers, pool, ordered, meter)
+                 meter: Meter | None = None) -> None:
+        super().__init__(layout, buffers, pool, meter)
         self._here = tuple(layout.parent_slots)
         #: Every worker is served here ("parent"): a batch is done once this process stepped it.
         self._all_here = len(self._here) == layout.num_slots

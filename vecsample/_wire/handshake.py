@@ -15,9 +15,13 @@ bounded by ``MAX_SLEEP`` as a second line of defence, so a missed ring costs at 
 
 Memory order: on x86 (TSO) stores become visible in program order and loads are not reordered
 with other loads, so a reader that sees the new counter also sees the data written before it.
-Elsewhere (``ORDERED`` false) nothing is read from the counters before a ring arrived: every
-post and every reply rings, and readiness comes from the rings, whose kernel round trip orders
-the memory. See docs/architecture.md.
+Elsewhere (``Transport.ordered`` false) nothing is read from the counters before a ring arrived:
+every post and every reply rings, and readiness comes from the rings, whose kernel round trip
+orders the memory. See docs/architecture.md.
+
+Which of these runs is one record, ``Transport``, decided once per sampler (``Layout``) and
+read by the two factories at the end of this module, ``parent_side`` and ``waiter``: each side
+owns its own ``ring``, so nothing outside this module and ``_native.c`` branches on it.
 """
 
 from __future__ import annotations
@@ -37,8 +41,16 @@ import types
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from typing import Protocol
 
 import numpy as np
+
+
+class Ringable(Protocol):
+    """A worker's pipe as the parent's side rings it: one byte (``DOORBELL``)."""
+
+    def send_bytes(self, buf: bytes) -> None: ...
+
 
 #: Words per control row (int64). The parent writes words 0..7 and the worker 8..15, so with a
 #: 64-byte aligned base the two sides never write the same cache line.
@@ -67,25 +79,68 @@ SPIN_BURST = 20
 MAX_SLEEP = 0.05
 
 #: True where stores are seen in program order (x86 TSO); see the module docstring.
-ORDERED = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}
+_ORDERED = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}
 
 #: The C hot path of the handshake (vecsample/_wire/_native.c), where it was built at install;
-#: None: the pure-Python path below (NATIVE says why not).
+#: None: the pure-Python path below (NATIVE_MISSING says why not).
 _native: types.ModuleType | None
 try:
     from vecsample._wire import _native
 except ImportError:  # no C compiler at install, or not Linux on x86-64: pure Python
     _native = None
 
-#: Linux's futex system call number on this machine, where known.
-_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98}.get(platform.machine().lower())
-#: Whether sleeping workers wait on one futex (``Bell``): one system call then wakes them all,
-#: where a pipe per worker took one write each. Elsewhere each sleeper has its pipe rung.
-FUTEX = ORDERED and sys.platform.startswith("linux") and _SYS_FUTEX is not None
+#: Linux's futex system call number on x86-64 (the futex is used where stores are ordered).
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202}.get(platform.machine().lower())
 # Shared (not private) operations, the word being in shared memory; the bitset variants let one
 # wake reach just the workers it names (each waits with the bit of its index modulo 32).
 _FUTEX_WAIT_BITSET, _FUTEX_WAKE_BITSET = 9, 10
 _BELL_MASK = 0x7FFFFFFF  # the futex compares 32 bits: the counter stays below 2**31
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How one sampler's step handshake runs, decided once (``Layout.transport``) and read by
+    both ends through ``parent_side`` and ``waiter``: nothing else branches on it.
+
+    ``native``: the C hot path (``_native.c``) at both ends, else the Python one here.
+    ``ordered``: stores are seen in program order (x86), so readiness is read off the counters
+    alone; else every post and every reply rings a pipe and readiness comes from the rings.
+    ``futex``: a sleeping worker waits on the futex word (``Bell``), and one system call wakes
+    every sleeper named; else each sleeps on its pipe and is rung with one byte.
+    """
+
+    native: bool
+    ordered: bool
+    futex: bool
+
+    def __post_init__(self) -> None:
+        if (self.native and not (self.ordered and self.futex)) or (self.futex and not
+                                                                     self.ordered):
+            raise ValueError(f"{self}: the C path needs ordered stores and the futex, and the "
+                             f"futex needs ordered stores")
+
+
+#: The Python path, ordered stores, pipes: what a record made without asking the machine
+#: holds (a worker spec built for the in-process loop, unit tests).
+PLAIN = Transport(native=False, ordered=True, futex=False)
+
+#: What this machine can run: the C path where it was built (x86-64 Linux), ordered stores on
+#: x86, the futex on Linux with ordered stores. ``Layout``'s ``decide_transport`` is its one
+#: reader (tests/test_structure.py checks it); tests choose another through their fixtures.
+MACHINE = Transport(
+    native=_native is not None and _ORDERED and _SYS_FUTEX is not None
+    and sys.platform.startswith("linux"),
+    ordered=_ORDERED,
+    futex=_ORDERED and sys.platform.startswith("linux") and _SYS_FUTEX is not None,
+)
+#: Why the C path cannot run here, in one line (None when it can).
+NATIVE_MISSING = None if MACHINE.native else (
+    "vecsample's native handshake is not built (no C compiler when vecsample was installed): "
+    "the pure-Python handshake runs instead, with more parent CPU per batch; install a C "
+    "compiler (gcc) and reinstall vecsample to build it"
+    if _native is None and MACHINE.futex else
+    f"vecsample's native handshake runs on x86-64 Linux only (this is {sys.platform} on "
+    f"{platform.machine()}): the pure-Python handshake runs instead")
 
 _fence_lock = threading.Lock()
 
@@ -148,7 +203,7 @@ class WorkerSide:
     publishes the end of a step. ``Waiter`` does the waiting, over all the process's slots."""
 
     def __init__(self, control: np.ndarray, index: int, conn: Connection, ring_fd: int,
-                 spin_s: float, ordered: bool) -> None:
+                 spin_s: float, transport: Transport) -> None:
         # memoryview items read as Python ints at a third of a numpy scalar's cost.
         self.words = control.reshape(-1).data
         self.index = index
@@ -157,14 +212,14 @@ class WorkerSide:
         self.conn = conn
         self.ring_fd = ring_fd
         self.ring = int(index).to_bytes(4, "little")
-        self.spin_s = spin_s if ordered else 0.0
-        self.ordered = ordered
+        self.spin_s = spin_s if transport.ordered else 0.0
+        self.ordered = transport.ordered
         self.seen = self.words[self.base + SEQ]  # a restarted worker starts where it finds SEQ
         #: Commands read off the pipe, counted from what COMMANDS said when this process
         #: started (those sent to a process before it are gone with its pipe).
         self.commands_read = self.words[self.base + COMMANDS]
         self.schema = (control.shape[0] - 1) * CONTROL_WORDS + SCHEMA
-        self.bell = Bell(control) if FUTEX and ordered else None
+        self.bell = Bell(control) if transport.futex else None
         self.bits = (0, 0)  # the info columns of the step under way (info_bits)
         #: Set by NativeWaiter: the C side's reply for this slot (reply, step bits, reset bits).
         self.native_finish: Callable[[int, int, int], None] | None = None
@@ -353,7 +408,7 @@ class ParentSide:
     """The parent's end: posts steps, rings sleeping workers, waits for finished steps."""
 
     def __init__(self, control: np.ndarray, num_workers: int, ring_reader: Connection,
-                 spin_s: float, ordered: bool) -> None:
+                 spin_s: float, transport: Transport, pipes: Sequence[Ringable]) -> None:
         self.words = control.reshape(-1).data
         self.sleeping = control[:num_workers, SLEEPING]  # a view: every worker's SLEEPING word
         self.seq_words = control[:num_workers, SEQ]  # a view: every worker's SEQ word
@@ -364,8 +419,15 @@ class ParentSide:
         self.parent_sleeping = num_workers * CONTROL_WORDS + PARENT_SLEEPING
         self.ring_fd = ring_reader.fileno()
         os.set_blocking(self.ring_fd, False)
-        self.spin_s = spin_s if ordered else 0.0
-        self.ordered = ordered
+        self.spin_s = spin_s if transport.ordered else 0.0
+        self.ordered = transport.ordered
+        #: Each worker's pipe, where a worker asleep on it is rung (the pool's list, which a
+        #: respawn updates in place).
+        self._pipes = pipes
+        #: The futex that sleeping workers wait on (None: each sleeps on its pipe).
+        self._bell = Bell(control) if transport.futex else None
+        #: Each worker's COMMANDS word: the commands sent on its pipe so far (``commanded``).
+        self._commands = control[:num_workers, COMMANDS]
         #: The step number each worker is expected to finish; -1 when none is in flight.
         self.expect = [-1] * num_workers
         self.seq: list[int] = [self.words[w * CONTROL_WORDS + SEQ] for w in range(num_workers)]
@@ -385,7 +447,30 @@ class ParentSide:
         self.expect[w] = seq
         self.words[w * CONTROL_WORDS + SEQ] = seq
 
-    def any_sleeping(self, workers: Sequence[int]) -> bool:
+    def ring(self, workers: Sequence[int]) -> None:
+        """After posting to ``workers``: wakes those that sleep, with one futex ring for all,
+        or a byte on each sleeper's pipe (every one's, where stores are not ordered)."""
+        fence()
+        if self._bell is not None:
+            if workers and self._any_sleeping(workers):
+                self._bell.ring(workers)
+            return
+        for w in workers:
+            if not self.ordered or self.words[w * CONTROL_WORDS + SLEEPING]:
+                # A dead worker cannot be rung; its death fd reports it in the next wait.
+                with contextlib.suppress(OSError):
+                    self._pipes[w].send_bytes(DOORBELL)
+
+    def commanded(self, workers: Sequence[int]) -> None:
+        """After a command was sent on the pipe of each of ``workers``: a worker spinning for
+        its next step sees its COMMANDS word move and reads its pipe; one asleep on the futex
+        is rung (one asleep on its pipe wakes by itself)."""
+        for w in workers:
+            self._commands[w] += 1
+        if self._bell is not None:
+            self._bell.ring(workers)
+
+    def _any_sleeping(self, workers: Sequence[int]) -> bool:
         """After ``fence()``: whether any of ``workers`` sleeps (one numpy read for many)."""
         if len(workers) == 1:
             return bool(self.words[workers[0] * CONTROL_WORDS + SLEEPING])
@@ -401,8 +486,9 @@ class ParentSide:
 
     def batch_posted(self) -> bool:
         """Whether the steps in flight were posted together by ``post_all`` (and none was
-        posted, read or reset on its own since): ``all_done`` can then tell when they end."""
-        return self._batch is not None
+        posted, read or reset on its own since): ``all_done`` can then tell when they end,
+        where stores are ordered (elsewhere only the rings tell)."""
+        return self.ordered and self._batch is not None
 
     def all_done(self) -> bool:
         """Whether every worker finished the step the last ``post_all`` posted: one
@@ -414,10 +500,6 @@ class ParentSide:
         self.expect = [-1] * len(self.expect)
         self._batch = None
         self.rung.clear()
-
-    def wants_ring(self, w: int) -> bool:
-        """After ``fence()``: whether worker ``w`` sleeps and must be rung through its pipe."""
-        return not self.ordered or bool(self.words[w * CONTROL_WORDS + SLEEPING])
 
     def ready(self, workers: Iterable[int]) -> list[int]:
         """Those of ``workers`` whose expected step is finished (without waiting)."""
@@ -512,18 +594,6 @@ class ParentSide:
 
 # --- the native path ----------------------------------------------------------------------------
 
-#: Whether the C hot path can run here: built, on x86-64 Linux (ordered stores, the futex).
-NATIVE = _native is not None and FUTEX
-#: Why not, in one line, when it cannot (None when it can).
-NATIVE_MISSING = None if NATIVE else (
-    "vecsample's native handshake is not built (no C compiler when vecsample was installed): "
-    "the pure-Python handshake runs instead, with more parent CPU per batch; install a C "
-    "compiler (gcc) and reinstall vecsample to build it"
-    if _native is None and FUTEX else
-    f"vecsample's native handshake runs on x86-64 Linux only (this is {sys.platform} on "
-    f"{platform.machine()}): the pure-Python handshake runs instead")
-
-
 class NativeParentSide(ParentSide):
     """``ParentSide`` with its hot path in C (``_native.Parent``): post, wake, ready, the
     waits (the GIL released) and the reads run there, one call each whatever the number of
@@ -531,17 +601,26 @@ class NativeParentSide(ParentSide):
     ``publish``) read the same control words."""
 
     def __init__(self, control: np.ndarray, num_workers: int, ring_reader: Connection,
-                 spin_s: float, ordered: bool) -> None:
-        super().__init__(control, num_workers, ring_reader, spin_s, ordered)
-        assert _native is not None and ordered, "the native path needs ordered stores"
+                 spin_s: float, transport: Transport, pipes: Sequence[Ringable]) -> None:
+        super().__init__(control, num_workers, ring_reader, spin_s, transport, pipes)
+        assert _native is not None and transport.native, "the C path is not built"
         self._c = _native.Parent(control, num_workers, self.ring_fd, self.spin_s)
         self.post = self._c.post  # type: ignore[method-assign]
         self.post_all = self._c.post_all  # type: ignore[method-assign]
         self.received = self._c.received  # type: ignore[method-assign]
         self.received_all = self._c.received_all  # type: ignore[method-assign]
         self.reset_worker = self._c.reset_worker  # type: ignore[method-assign]
-        self.wake = self._c.wake
         self._n = num_workers
+
+    def ring(self, workers: Sequence[int]) -> None:
+        """Wakes those of ``workers`` that sleep: a fence, a look at their SLEEPING words and
+        one futex wake for all, in one C call."""
+        self._c.wake(workers)
+
+    def commanded(self, workers: Sequence[int]) -> None:
+        for w in workers:
+            self._commands[w] += 1
+        self._c.wake(workers)  # fences first: a worker asleep on the futex reads its pipe
 
     def ready(self, workers: Iterable[int]) -> list[int]:
         ready: list[int] = self._c.ready(workers)
@@ -599,3 +678,20 @@ class NativeWaiter:
             message = self.sides[slot].conn.recv_bytes()
             if message != DOORBELL:
                 return slot, message
+
+
+# --- the two ends, built from the transport ------------------------------------------------------
+
+
+def parent_side(transport: Transport, control: np.ndarray, num_workers: int,
+                ring_reader: Connection, spin_s: float, pipes: Sequence[Ringable]) -> ParentSide:
+    """The parent's end of the handshake that ``transport`` says (the C one, or Python's).
+    ``pipes``: each worker's pipe, for the rings of workers asleep on theirs."""
+    side = NativeParentSide if transport.native else ParentSide
+    return side(control, num_workers, ring_reader, spin_s, transport, pipes)
+
+
+def waiter(transport: Transport, sides: Sequence[WorkerSide]) -> Waiter | NativeWaiter:
+    """A worker process's wait for its next job, over its slots' ``sides``, as ``transport``
+    says: the same choice the parent made (both ends read the one record)."""
+    return NativeWaiter(sides) if transport.native else Waiter(sides)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import cloudpickle
 from gymnasium import error as gym_error
 
+from vecsample._wire.handshake import PLAIN, Transport
 from vecsample._wire.shm import SharedBuffers
 from vecsample.errors import EnvNotRegisteredError, FactoryImportError
 from vecsample.types import AutoresetMode, EnvFn
@@ -152,12 +153,11 @@ class WorkerSpec:
     spin_s: float = 0.0
     #: The write end of the parent's doorbell pipe (handshake.py); None only in unit tests.
     ring_writer: Connection | None = None
-    #: handshake.ORDERED as the parent saw it (tests force the unordered protocol through it).
-    ordered: bool = True
+    #: How the handshake runs, as the parent decided it (``Layout.transport``): the worker
+    #: builds its waiter and its sides from it (``handshake.waiter``).
+    transport: Transport = PLAIN
     #: The block's batch-native vector env, built once for all its rows (None: ``env_fns``).
     hosted: HostedVector | None = None
-    #: Whether the worker waits and replies through the handshake's C path (Layout.native).
-    native: bool = False
     #: Spawn and forkserver: the parent's gymnasium registrations of the env ids the factories
     #: name, for those the worker does not have (registered under the main script's guard).
     registrations: Pickled[tuple[EnvSpec, ...]] | None = None

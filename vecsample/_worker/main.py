@@ -32,14 +32,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
-from vecsample._wire.handshake import (
-    DOORBELL,
-    REPLY_MESSAGE,
-    REPLY_PLAIN,
-    NativeWaiter,
-    Waiter,
-    WorkerSide,
-)
+from vecsample._wire import handshake
+from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
 from vecsample._wire.infos import InfoRecord, InfoWriter, Signature
 from vecsample._wire.protocol import OK_MESSAGE, Command, ErrorReport, Reply
 from vecsample._wire.shm import Lane, Views
@@ -77,9 +71,8 @@ def serve(workers: Sequence[_Worker]) -> None:
     for worker in workers:  # slot i of the Waiter is workers[i]
         assert worker.side is not None  # only local_step builds one without a pipe; it never serves
         sides.append(worker.side)
-    # The C waiter where the parent chose the native path (the same protocol: the parent's
-    # choice, made once, applies to both ends).
-    waiter = NativeWaiter(sides) if workers[0].spec.native else Waiter(sides)
+    # The parent's choice of transport, made once, applies to both ends.
+    waiter = handshake.waiter(workers[0].spec.transport, sides)
     while waiter.live:
         try:
             slot, message = waiter.next()
@@ -309,7 +302,7 @@ class _Worker:
         os.set_blocking(ring_fd, False)
         control = self.spec.buffers.control()
         return WorkerSide(control, self.spec.index, self.conn, ring_fd, self.spec.spin_s,
-                          self.spec.ordered)
+                          self.spec.transport)
 
     def build(self) -> bool:
         try:
