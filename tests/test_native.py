@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,7 @@ def test_the_c_layout_is_the_python_one():
     native = handshake._native
     assert native is not None
     for name in ("CONTROL_WORDS", "SEQ", "DONE", "REPLY", "SLEEPING", "INFO_STEP", "INFO_RESET",
-                 "PARENT_SLEEPING", "SCHEMA", "BELL"):
+                 "PARENT_SLEEPING", "CLOSING", "SCHEMA", "BELL"):
         assert getattr(native, name) == getattr(handshake, name), name
     assert round(handshake.MAX_SLEEP * 1000) == native.MAX_SLEEP_MS
 
@@ -104,6 +105,31 @@ def test_a_full_batch_costs_the_same_python_calls_whatever_the_number_of_workers
         for _ in range(3):  # the first steps learn the info columns (messages on the pipes)
             s.step(actions)
         counts[workers] = _python_calls(lambda: s.step(actions))  # noqa: B023
+    assert counts[2] == counts[8], counts
+
+
+@needs_native
+def test_a_partial_batch_costs_the_same_python_calls_whatever_the_number_of_workers(
+        make_sampler):
+    """recv_batch(timeout) and step_send_many(result.workers, rows): one wait, one gather, one
+    post and one wake for all of them, on the C path: no Python per worker in either."""
+    counts = {}
+    for workers in (2, 8):
+        s = make_sampler(fns(CountingEnv, 2 * workers, length=100), num_workers=workers)
+        s.reset()
+        s.send_all(np.ones(2 * workers, dtype=np.int64))
+        for _ in range(3):  # the first steps learn the info columns (messages on the pipes)
+            s.recv_batch(None)
+            s.send_all(np.ones(2 * workers, dtype=np.int64))
+        while s.handshake_state().finished.tolist() != s.handshake_state().posted.tolist():
+            time.sleep(0.001)  # every worker done: the batch holds all of them
+
+        def recv_and_send(s: VecSampler = s) -> None:
+            r = s.recv_batch(0.0)
+            assert len(r.workers) == s.num_slots  # type: ignore[arg-type]
+            s.step_send_many(r.workers, np.ones(len(r.env_ids), dtype=np.int64))
+
+        counts[workers] = _python_calls(recv_and_send)
     assert counts[2] == counts[8], counts
 
 

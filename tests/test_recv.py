@@ -13,14 +13,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 from helpers import ones, posix_only
 
-from vecsample import errors
-from vecsample.testing import CountingEnv, HangingEnv, SlowEnv, fns
+from vecsample import AutoresetMode, errors
+from vecsample.testing import CountingEnv, HangingEnv, RaisingEnv, SlowEnv, fns
 
 # --- full and partial batches ---------------------------------------------------------------------
 
@@ -298,3 +299,205 @@ def test_worker_stats_give_each_worker_its_counters_and_its_last_steps_times(mak
     assert ((before < picked) & (picked <= published) & (published < after)).all()
     s.step(ones(4))  # a later step moves the stamps: they are the last step's
     assert (s.worker_stats()["step_picked_up"] > published).all()
+
+
+# --- deaths and deadlines of the fourth fault suite --------------------------------------------
+
+
+@posix_only
+def test_a_death_during_a_partial_batch_ends_it_timeout_after_the_loss(make_sampler):
+    """A worker killed while a partial batch waits for its first arrival is a loss: the
+    batch closes ``timeout`` after it (docs/semantics.md), not when another worker arrives
+    (it took the whole 5.1 s step on both paths)."""
+    s = make_sampler(fns(SlowEnv, 3, step_time=4.0), num_workers=3, deadline=20.0)
+    s.reset()
+    for w in range(3):
+        s.step_send(w, ones(1))
+    victim = s.worker_pids()[1]
+    killer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
+    killer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(errors.WorkerDiedError) as info:
+            s.step_recv(0.2)
+    finally:
+        killer.join()
+    assert info.value.worker == 1
+    assert time.monotonic() - start < 2.0  # 0.3 s to the death, 0.2 s of window
+
+
+@posix_only
+@pytest.mark.parametrize("call", ["step", "recv_batch"])
+def test_one_wait_for_a_full_batch_lasts_at_most_its_deadline(make_sampler, call):
+    """The fast path's wait and the general one after it share the call's deadline: a
+    stopped worker made step() and recv_batch() wait twice it."""
+    s = make_sampler(fns(CountingEnv, 2), num_workers=2, deadline=1.0)
+    s.reset()
+    stopped = s.worker_pids()[1]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(errors.DeadlineExceededError) as info:
+            if call == "step":
+                s.step(ones(2))
+            else:
+                s.send_all(ones(2))
+                s.recv_batch(deadline=1.5)
+        took = time.monotonic() - start
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    bound = 1.0 if call == "step" else 1.5
+    assert info.value.hung_workers == [1]
+    assert bound <= took < bound + 0.6, took
+
+
+@pytest.mark.parametrize("call", ["step", "step_recv", "recv_batch"])
+def test_close_from_another_thread_ends_every_wait_at_once(make_sampler, call):
+    """On the C path the waiting call ended only when the workers were gone (2.5 s after the
+    close), and step() or recv_batch() could raise NoPendingError; the close now ends it at
+    once, with ClosedError, on both paths."""
+    s = make_sampler(fns(SlowEnv, 2, step_time=3.0), num_workers=2, deadline=20.0)
+    s.reset()
+    closed_at: list[float] = []
+
+    def close() -> None:
+        closed_at.append(time.monotonic())
+        s.close(timeout=4.0)
+
+    closer = threading.Timer(0.3, close)
+    if call != "step":
+        s.send_all(ones(2))
+    closer.start()
+    try:
+        with pytest.raises(errors.ClosedError, match="another thread's close"):
+            {"step": lambda: s.step(ones(2)), "step_recv": lambda: s.step_recv(None),
+             "recv_batch": s.recv_batch}[call]()
+        ended = time.monotonic()
+    finally:
+        closer.join()
+    assert ended - closed_at[0] < 0.5, ended - closed_at[0]
+
+
+# --- a partial batch as one result (recv_batch(timeout)) ------------------------------------------
+
+
+@pytest.mark.parametrize("placement", ["workers", "share", "parent"])
+def test_a_partial_batch_holds_the_rows_of_the_workers_it_names(make_sampler, placement):
+    """recv_batch(timeout) gathers every worker done within the window into one result:
+    ``workers`` and ``env_ids`` name its rows, which hold each env's own step (a CountingEnv's
+    observation is its id and step count), and step_send_many(result.workers, rows) sends
+    them again; over many rounds every env steps the same number of times as its block."""
+    s = make_sampler(fns(CountingEnv, 12, length=7), num_workers=6, env_placement=placement)
+    s.reset()
+    s.send_all(ones(12))
+    steps = np.zeros(12, dtype=np.int64)
+    for _ in range(30):
+        r = s.recv_batch(0.002)
+        assert r.worker is None and r.workers is not None and len(r.workers) >= 1
+        expected = np.concatenate([np.arange(2 * w, 2 * w + 2) for w in r.workers])
+        np.testing.assert_array_equal(r.env_ids, expected)
+        np.testing.assert_array_equal(r.obs[:, 0], r.env_ids)  # each row is its env's
+        steps[r.env_ids] += 1
+        assert (r.obs[:, 1] == steps[r.env_ids] % 7).all()  # t since reset: none lost
+        s.step_send_many(r.workers, ones(len(r.env_ids)))
+    assert (steps.reshape(6, 2)[:, 0] == steps.reshape(6, 2)[:, 1]).all()
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "counting"])
+def test_a_partial_batch_equals_the_per_worker_results(make_sampler, env):
+    """The same steps read as one result and worker by worker (step_recv) hold the same rows,
+    flags, final observations and infos (columns: the counting env's, every step, and its
+    reset infos, which each worker writes on other steps than the others, so a worker's stale
+    rows must stay hidden), whatever the order."""
+    envs = ("CartPole-v1",) if env == "CartPole-v1" else (
+        [functools.partial(CountingEnv, env_index=i, length=3 + i // 2 + i % 2, info=True)
+         for i in range(8)],)
+    kw = {"num_envs": 8} if env == "CartPole-v1" else {}
+    a = make_sampler(*envs, num_workers=4, seed=3, autoreset_mode=AutoresetMode.SAME_STEP, **kw)
+    b = make_sampler(*envs, num_workers=4, seed=3, autoreset_mode=AutoresetMode.SAME_STEP, **kw)
+    a.reset()
+    b.reset()
+    for t in range(40):
+        actions = np.arange(8) % 2 if t % 3 else np.ones(8, dtype=np.int64)
+        a.send_all(actions)
+        b.send_all(actions)
+        joined = _recv_every(a)
+        per = sorted(_recv_all_workers(b), key=lambda r: r.block.start)
+        order = np.argsort(joined.env_ids)
+        np.testing.assert_array_equal(joined.obs[order], np.concatenate([r.obs for r in per]))
+        for name in ("rewards", "terminated", "truncated", "has_final_obs"):
+            np.testing.assert_array_equal(getattr(joined, name)[order],
+                                          np.concatenate([getattr(r, name) for r in per]))
+        ended = joined.has_final_obs[order]
+        np.testing.assert_array_equal(joined.final_obs[order][ended],
+                                      np.concatenate([r.final_obs for r in per])[ended])
+        assert dict(joined.infos) == {k: v for r in per for k, v in r.infos.items()}
+        assert dict(joined.reset_infos) == {k: v for r in per for k, v in r.reset_infos.items()}
+
+
+def _recv_every(s):
+    """recv_batch(0) until every worker's step is in, as one result (joined here)."""
+    parts = [s.recv_batch(0.0)]
+    while sum(len(p.workers) for p in parts) < s.num_slots:
+        parts.append(s.recv_batch(0.0))
+    if len(parts) == 1:
+        return parts[0]
+    merged = parts[0]
+    for p in parts[1:]:
+        merged = _concat(merged, p)
+    return merged
+
+
+def _concat(x, y):
+    out = type(x)(None, np.concatenate([x.env_ids, y.env_ids]), np.concatenate([x.obs, y.obs]),
+                  *(np.concatenate([getattr(x, n), getattr(y, n)]) for n in
+                    ("rewards", "terminated", "truncated")),
+                  np.concatenate([x.final_obs, y.final_obs]),
+                  *(np.concatenate([getattr(x, n), getattr(y, n)]) for n in
+                    ("has_final_obs", "restarted")),
+                  workers=np.concatenate([x.workers, y.workers]))
+    for part in (x, y):
+        out.infos.absorb(part.infos)
+        out.reset_infos.absorb(part.reset_infos)
+    return out
+
+
+def _recv_all_workers(s):
+    got = []
+    while len(got) < s.num_slots:
+        got += s.step_recv(0.0)
+    return got
+
+
+def test_a_partial_batch_with_a_lost_worker_is_the_error_with_the_others(make_sampler):
+    """The general path's errors and results: a worker whose env raises is a WorkerError that
+    carries the results read in the same wait."""
+    s = make_sampler(fns(RaisingEnv, 4, at_step=2, bad_index=3), num_workers=2)
+    s.reset()
+    s.send_all(ones(4))
+    r = s.recv_batch(0.05)
+    s.step_send_many(r.workers, ones(len(r.env_ids)))
+    while True:
+        try:
+            r = s.recv_batch(0.05)
+        except errors.WorkerError as exc:
+            assert exc.worker == 1
+            break
+        s.step_send_many(r.workers, ones(len(r.env_ids)))
+
+
+def test_step_send_many_with_rows_checks_everything_before_posting(make_sampler):
+    s = make_sampler(fns(CountingEnv, 4), num_workers=2)
+    s.reset()
+    with pytest.raises(errors.ActionShapeError):
+        s.step_send_many(np.array([0, 1]), ones(3))  # 4 rows needed
+    with pytest.raises(errors.ConfigError, match="distinct workers"):
+        s.step_send_many(np.array([1, 1]), ones(4))
+    with pytest.raises(errors.WorkerIndexError):
+        s.step_send_many(np.array([0, 2]), ones(4))
+    assert s.handshake_state().posted.tolist() == s.handshake_state().finished.tolist()
+    s.step_send_many(np.array([1]), ones(2))
+    with pytest.raises(errors.WorkerBusyError):
+        s.step_send_many(np.array([0, 1]), ones(4))
+    [r] = s.step_recv(None)  # worker 1's step, posted once: nothing else was
+    assert r.worker == 1

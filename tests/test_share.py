@@ -32,7 +32,8 @@ from helpers import assert_same, kill_and_wait, ones, posix_only
 
 from vecsample import AutoresetMode, HostedVector, VecSampler, errors
 from vecsample._parent import autoplace, startup
-from vecsample._parent.stepping import SharingChannel, StepChannel
+from vecsample._parent.local import LocalChannel, SharingChannel
+from vecsample._parent.stepping import StepChannel
 from vecsample.testing import CountingEnv, HangingEnv, RaisingEnv, SlowEnv, SpaceEnv, fns
 
 PLACED = ["share", "parent"]
@@ -492,7 +493,7 @@ def test_auto_chooses_from_what_it_measures_and_says_so(make_sampler, monkeypatc
 
     def fake_timer(block_s: float, cores: int) -> None:
         monkeypatch.setattr(autoplace, "usable_cores", lambda: cores)
-        monkeypatch.setattr(autoplace, "TIME_BLOCK",
+        monkeypatch.setattr(autoplace, "time_block",
                             lambda envs, *rest: timed.append(len(envs)) or block_s)
 
     cases = [(1e-6, 2, "parent"), (0.01, 2, "share"), (0.01, 16, "workers")]
@@ -617,3 +618,19 @@ def test_the_default_pays_nothing_for_the_share(make_sampler):
     assert plain._hand_over == (plain.layout.spin_s > 0) and not shared._hand_over
     assert "env_placement" not in repr(plain) and "env_placement='share'" in repr(shared)
 
+
+
+def test_parent_runs_every_block_here_with_no_process_pipe_or_stand_in(make_sampler):
+    """env_placement="parent" is a backend of its own: the local channel, the blocks built in
+    this process and called directly, no worker process or pipe, nothing polled."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    s = make_sampler(fns(CountingEnv, 4, length=3), num_workers=2, env_placement="parent")
+    assert type(s._channel) is LocalChannel
+    assert not s._pool.procs and not s._pool.conns and sorted(s._pool.local) == [0, 1]
+    assert s.worker_pids() == [os.getpid()] * 2
+    s.reset()
+    for t in range(1, 7):
+        r = s.step(np.ones(4, dtype=np.int64))
+        assert r.obs[:, 1].tolist() == [t % 3] * 4
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before, after - before  # no process was started for it

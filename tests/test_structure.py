@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,8 +152,21 @@ def banned_imports(source: str, filename: str, banned: tuple[str, ...]) -> list[
     return [f"{filename}:{line} imports {name}" for line, name in shown]
 
 
-#: The longest chain of run-time imports a core module may start (issue 23: it was 15).
+#: The longest chain of run-time imports a core module may start on the default path (worker
+#: processes only: the in-process modules left out); issue 23: it was 15.
 MAX_CHAIN = 7
+#: The one door from the trainer's code to the worker's (docs/architecture.md, "Where code
+#: goes"): only this module, outside ``_worker``, imports ``_worker``, and the parent's code
+#: reaches the worker's through it alone.
+DOOR = "vecsample.inprocess"
+#: The in-process backend: the door and the parent's side of it (env_placement).
+IN_PROCESS = (DOOR, "vecsample._parent.local")
+#: The longest run-time chain through the door, counted and written down rather than hidden:
+#: the front end (an adapter, the sampler, autoplace or the pool), the door, then the worker's
+#: own block as a worker process runs it (runner, env block, rows, step loop, protocol,
+#: errors). The in-process path runs the worker's code, so it is as deep as the worker's own
+#: path plus the parent's layers above the door.
+IN_PROCESS_CHAIN = 10
 #: Where an import cycle may stay (the pytorch-maml-rl drop-in's modules name each other).
 CYCLES_ALLOWED = ("vecsample.maml",)
 
@@ -247,6 +261,28 @@ def core_chain_graph() -> dict[str, set[str]]:
     """The core's run-time imports, package facades (``__init__``) left out."""
     paths = [p for p in core_modules() if p.name != "__init__.py"]
     return import_graph(paths, runtime=True)
+
+
+def without(graph: dict[str, set[str]], modules: Sequence[str]) -> dict[str, set[str]]:
+    """``graph`` with ``modules`` and every edge into them removed."""
+    return {m: deps - set(modules) for m, deps in graph.items() if m not in modules}
+
+
+def door_modules(graph: dict[str, set[str]]) -> list[str]:
+    """The modules outside ``_worker`` that import a ``_worker`` module directly."""
+    return sorted(m for m, deps in graph.items() if not m.startswith("vecsample._worker.")
+                  and any(d.startswith("vecsample._worker.") for d in deps))
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module that ``start`` imports at run time, directly or not."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in graph.get(todo.pop(), set()) - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
 
 
 def loaded_after(statement: str) -> list[str]:
@@ -361,13 +397,42 @@ def test_records_import_nothing_of_either_process():
 
 
 def test_the_longest_core_import_chain_is_short():
-    """No core module starts a chain of run-time imports longer than MAX_CHAIN: the sampler
-    builds its parts and hands them to each other, so they import no one another at run time
-    (their type names sit under TYPE_CHECKING)."""
-    graph = core_chain_graph()
+    """On the default path (the in-process modules left out), no core module starts a chain of
+    run-time imports longer than MAX_CHAIN: the sampler builds its parts and hands them to each
+    other, so they import no one another at run time (their type names sit under
+    TYPE_CHECKING)."""
+    graph = without(core_chain_graph(), IN_PROCESS)
     assert "vecsample.sampler" in graph and "vecsample._parent.restart" in graph
     chain = longest_chain(graph)
     assert len(chain) <= MAX_CHAIN, f"{len(chain)} modules: " + " -> ".join(chain)
+
+
+def test_the_in_process_path_is_as_long_as_written():
+    """Through the door, the chain is IN_PROCESS_CHAIN long (its comment says why): a change
+    in it is seen here and written down there."""
+    chain = longest_chain(core_chain_graph())
+    assert DOOR in chain, chain
+    assert len(chain) == IN_PROCESS_CHAIN, f"{len(chain)} modules: " + " -> ".join(chain)
+
+
+def test_the_parent_reaches_the_worker_only_through_the_door():
+    """Outside ``_worker``, only the door imports the worker's modules, and with the door shut
+    no module of ``_parent`` (nor the sampler) reaches one at run time, whatever the path."""
+    graph = core_chain_graph()
+    doors = door_modules(graph)
+    assert doors == [DOOR], f"the worker's code is reached from {doors}, not only from {DOOR}"
+    shut = without(graph, (DOOR,))
+    for start in [m for m in graph if m.startswith("vecsample._parent.")] + ["vecsample.sampler"]:
+        reached = reachable(shut, start)
+        assert not [m for m in reached if m.startswith("vecsample._worker.")], (start, reached)
+
+
+def test_the_door_checks_can_fail():
+    graph = {"vecsample.a": {"vecsample._worker.x"}, DOOR: {"vecsample._worker.x"},
+             "vecsample._worker.x": set(), "vecsample._parent.p": {"vecsample.a"}}
+    assert door_modules(graph) == ["vecsample.a", DOOR]
+    assert "vecsample._worker.x" in reachable(without(graph, (DOOR,)), "vecsample._parent.p")
+    assert without(graph, ("vecsample.a",))["vecsample._parent.p"] == set()
 
 
 def test_no_import_cycle_outside_maml():

@@ -1,23 +1,23 @@
-"""A worker's step loop run in this process, with no process, pipe or handshake around it.
+"""The door: the worker's code, run by this process, with no process, pipe or handshake.
 
-``WorkerLoop(env_fns, autoreset_mode, infos, seeds)`` builds the envs here and resets them, and
-``step()`` runs exactly what a worker runs for one step of its block (the env loop of the
-autoreset mode, the writes to shared memory, the infos), reading the actions from ``actions``.
-It is what ``vecsample bench`` times against a bare loop to give the in-worker efficiency E
-(``vecsample.tools.efficiency``), so that E measures the worker's own code and nothing else.
+``_parent`` reaches the worker's code through this module and nowhere else (a plain import;
+``tests/test_structure.py`` names this door and fails on a second one). Three things come
+through it, all built on the worker's own ``BlockRunner`` (``_worker/runner.py``), so that a
+block's rows, infos, autoresets and errors are the same whoever steps it:
 
-The same code serves the blocks the trainer's process steps itself (``Options.env_placement``):
-``ServedInParent`` is a worker of the sampler, handshake and replies included, that the parent
-runs in its own process; ``time_block`` is what ``env_placement="auto"`` times to choose. The
-parent's code reaches both through the entry points of ``_wire/spec.py`` (``IN_PARENT``,
-``TIME_BLOCK``), as it reaches a worker process's ``worker_main``: it never imports the
-worker's modules itself.
+* ``LocalBlock``: a block of the sampler's envs that the trainer's process serves itself
+  (``Options.env_placement``, ``_parent/local.py``): built, stepped and commanded by direct
+  calls, writing its rows where a worker process would;
+* ``time_block``: what ``env_placement="auto"`` times to choose (``_parent/autoplace.py``);
+* ``WorkerLoop``: one block stepped here, what ``vecsample bench`` times against a bare loop to
+  give the in-worker efficiency E (``vecsample.tools.efficiency``).
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,10 +25,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vecsample._wire.infos import InfoRecord
+from vecsample._wire.protocol import Command, ErrorReport
 from vecsample._wire.shm import SharedBuffers
 from vecsample._wire.spaces import ActionWriter
 from vecsample._wire.spec import WorkerSpec
-from vecsample._worker.main import ServedInParent, local_step
+from vecsample._worker.runner import BlockRunner
+from vecsample.errors import EnvFactoryError
 from vecsample.hosted import HostedVector
 from vecsample.types import AutoresetMode, EnvFn
 
@@ -36,6 +39,44 @@ from vecsample.types import AutoresetMode, EnvFn
 WARM_UP_STEPS = 3
 #: Steps ``time_block`` times at most (it stops earlier when its budget is spent).
 TIMED_STEPS = 30
+
+
+class LocalBlock:
+    """A block of envs that this process serves itself: the worker's ``BlockRunner``, called
+    directly. ``build``, ``step`` and ``run`` raise what the env raised (``report`` names it).
+    Envs are not thread-safe: a ``close()`` from another thread waits for the step or command
+    under way (a reentrant lock, so that the SIGTERM handler, which closes the samplers from
+    whatever this thread was doing, cannot deadlock on it)."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.runner = BlockRunner(spec)
+        self._lock = threading.RLock()
+        self.closed = False
+
+    def build(self) -> None:
+        with self._lock:
+            self.runner.build()
+
+    def step(self) -> list[InfoRecord] | None:
+        """One step of the block, its actions read from its rows; its info records."""
+        with self._lock:
+            if self.closed:
+                raise EnvFactoryError("this block of envs was closed (its sampler is closing)")
+            return self.runner.step()
+
+    def run(self, command: Command, payload: Any) -> Any:
+        with self._lock:
+            return self.runner.run(command, payload)
+
+    def report(self, command: str) -> ErrorReport:
+        """The exception being handled, as the report that names its env."""
+        return self.runner.report(command)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self.closed:
+                self.closed = True
+                self.runner.close()
 
 
 class WorkerLoop:
@@ -69,12 +110,30 @@ class WorkerLoop:
         #: then call ``step``); ``actions`` is the first.
         self.action_leaves: list[np.ndarray] = buffers.views().action_leaves
         self.actions: np.ndarray = self.action_leaves[0]
-        #: One step of the block (DISABLED resets ended envs after it, as its users do), and
-        #: what closes its envs.
-        self.step: Callable[[], object]
-        self.close: Callable[[], None]
-        self.step, self.close = local_step(spec, list(seeds))
+        self._block = LocalBlock(spec)
+        try:
+            self._block.build()
+        except Exception as exc:
+            report = self._block.report("BUILD")
+            self._block.close()
+            raise EnvFactoryError(f"env {report.env} could not be built in this process: "
+                                  f"{report.exc_type}: {report.message}; check its factory."
+                                  ) from exc
+        self._block.run(Command.RESET, (list(seeds), None, None))
+        self._ended = self._block.runner.block.ended
+        #: DISABLED freezes ended envs: ``step`` resets them after the step, as its users do.
+        self._reset_ended = autoreset_mode is AutoresetMode.DISABLED
+        #: What closes the envs.
+        self.close: Callable[[], None] = self._block.close
         self._buffers = buffers  # the views above live as long as the loop
+
+    def step(self) -> None:
+        """One step of the block, exactly as a worker runs it, with the actions written in
+        ``action_leaves``."""
+        self._block.step()
+        if self._reset_ended and self._ended.any():
+            self._block.run(Command.RESET, ([None] * len(self._ended), None,
+                                            self._ended.copy()))
 
 
 def time_block(envs: Sequence[EnvFn] | HostedVector, autoreset_mode: AutoresetMode,
@@ -107,4 +166,4 @@ def time_block(envs: Sequence[EnvFn] | HostedVector, autoreset_mode: AutoresetMo
         loop.close()
 
 
-__all__ = ["ServedInParent", "WorkerLoop", "time_block"]
+__all__ = ["LocalBlock", "WorkerLoop", "time_block"]

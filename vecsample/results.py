@@ -22,10 +22,15 @@ Infos = list[dict[str, Any]]
 
 @dataclass
 class StepResult:
-    """One worker's step (or, from ``step()``, every env's). Arrays alias shared memory."""
+    """One worker's step (or, from ``step()``, every env's; from ``recv_batch(timeout)``, the
+    workers done within the window, together). Arrays alias shared memory, except a partial
+    batch's, whose rows are gathered into copies."""
 
+    #: The worker of the step API whose step this is; None for a batch of several.
     worker: int | None
-    env_ids: range
+    #: The global env ids of the rows, in order: a range for one worker's block or every env,
+    #: an int array for a partial batch (``recv_batch(timeout)``).
+    env_ids: range | np.ndarray
     obs: Any
     rewards: np.ndarray
     terminated: np.ndarray
@@ -39,6 +44,20 @@ class StepResult:
     infos: InfoMap = field(default_factory=InfoMap)
     #: Non-empty infos of the resets done by autoreset during this step, by global env id.
     reset_infos: InfoMap = field(default_factory=InfoMap)
+    #: The workers of the step API whose steps these rows are, in row order: set by
+    #: ``recv_batch`` (every worker for a full batch, those done within the window for a
+    #: partial one), which ``step_send_many(result.workers, actions)`` sends again; None for
+    #: one worker's result (``worker``) and for ``step()``.
+    workers: np.ndarray | None = None
+
+    @property
+    def block(self) -> range:
+        """The env ids of one worker's result, or of ``step()``'s, as a range (a partial
+        batch's are not contiguous: read ``env_ids``)."""
+        if not isinstance(self.env_ids, range):
+            raise TypeError("this result holds several workers' blocks (recv_batch(timeout)): "
+                            "its env ids are env_ids, an array, not one range")
+        return self.env_ids
 
 
 def wall_split(totals: Mapping[str, float], wall: float, steps: float) -> dict[str, float]:

@@ -22,20 +22,23 @@ import functools
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
+from operator import itemgetter
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
 
 import numpy as np
 
 from vecsample import errors, hosted
 from vecsample._parent import autoplace, signals
+from vecsample._parent.channel import Channel
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.guard import CallGuard
 from vecsample._parent.layout import Layout
+from vecsample._parent.local import LocalChannel, SharingChannel
 from vecsample._parent.pool import WorkerPool
 from vecsample._parent.replay import NO_LOG, CallLog, open_log
 from vecsample._parent.restart import FailurePolicy, RaiseFailures, Restarts
 from vecsample._parent.stats import Meter, PhaseSource
-from vecsample._parent.stepping import SharingChannel, StepChannel
+from vecsample._parent.stepping import StepChannel
 from vecsample._wire.handshake import HandshakeState
 from vecsample._wire.protocol import Command, WorkerState
 from vecsample._wire.shm import STAT_FIELDS, WORKER_FIELDS, SharedBuffers
@@ -209,9 +212,11 @@ class VecSampler:
         self._states = self._pool.states
         #: Who may call now: this process, one thread at a time (guard.py, docs/semantics.md).
         self._guard = CallGuard("VecSampler", self._states.stepping)
-        # Chosen once: a channel that steps the blocks this process serves itself only where
-        # there are such blocks (Options.env_placement).
-        channel = SharingChannel if self.layout.parent_slots else StepChannel
+        # Chosen once (Options.env_placement): every block stepped here, some, or none (a
+        # sampler without such blocks pays nothing for them).
+        here = len(self.layout.parent_slots)
+        channel: type[Channel] = (LocalChannel if here == self.num_slots else SharingChannel
+                                  if here else StepChannel)
         self._channel = channel(self.layout, self._buffers, self._pool, self._meter)
         #: Whether send_all gives the core up once it has posted: where the sampler spins, and
         #: no block waits for this process to step it.
@@ -277,47 +282,75 @@ class VecSampler:
         finally:
             guard.idle = restore  # a store, no call: nothing runs between the post and return
 
-    def step_send_many(self, workers: Sequence[int], actions: Sequence[Actions]) -> None:
-        """``step_send`` for several workers in one call: ``actions[i]`` is ``workers[i]``'s
-        block (``envs_per_slot`` rows). Every worker is checked and every block written before
-        anything is posted; then all are posted and the sleeping ones woken together (one
-        futex wake on the native path, where ``step_send`` wakes one worker per call). So a
-        partial-batch loop sends back what ``step_recv`` returned in one call, whatever their
-        number.
+    def step_send_many(self, workers: Sequence[int] | np.ndarray,
+                       actions: list[Actions] | Actions) -> None:
+        """``step_send`` for several workers in one call. ``actions`` is either a list with one
+        block per worker (``actions[i]`` is ``workers[i]``'s ``envs_per_slot`` rows), or
+        anything else (an array, a tensor, a dict or tuple for a composite space): the rows of
+        all their blocks, one block after another in the order of ``workers``, as a policy
+        gives them for a partial batch's observations. ``step_send_many(r.workers, actions)``
+        sends again the workers of ``r = recv_batch(timeout)``; with ``workers`` as that array,
+        it costs a fixed number of calls whatever their number.
 
-        Same results as ``step_send`` for each worker in order. An error or a KeyboardInterrupt
-        out of it means that nothing was posted: every worker listed is still idle.
+        Every worker is checked and every row written before anything is posted; then all are
+        posted and the sleeping ones woken together (one futex wake on the native path). Same
+        results as ``step_send`` for each worker in order. An error or a KeyboardInterrupt out
+        of it means that nothing was posted: every worker listed is still idle.
         """
         guard = self._guard
         restore = guard.claim("step_send_many")  # this thread's and process's (guard.py)
         try:
             signals.raise_held()  # one held by the last send: raised before anything is done
             start = time.perf_counter()
-            ws = self._idle_workers(workers, actions)
-            for w in ws:
-                self._log.send(w)  # a replay checks each send before anything is written
-            for w, block in zip(ws, actions, strict=True):
-                self._actions.write(block, self._channel.views[w].action_leaves,
-                                    len(self._channel.blocks[w]))
+            per_worker = actions if isinstance(actions, list) else None
+            ws = self._idle_workers(workers, None if per_worker is None else len(per_worker))
+            if self._log is not NO_LOG:
+                for w in ws:
+                    self._log.send(w)  # a replay checks each send before anything is written
+            views = self._channel.views
+            if per_worker is not None:
+                for w, block in zip(ws, per_worker, strict=True):
+                    self._actions.write(block, views[w].action_leaves, len(views[w].rewards))
+            elif ws:
+                self._actions.write_rows(cast(Actions, actions),
+                                         self._channel.all_views.action_leaves,
+                                         self._channel.rows_of(np.array(ws, dtype=np.int64)))
             self._channel.send_many(ws, start)  # posts all, one wake: a SIGINT now is held
         finally:
             guard.idle = restore
 
-    def _idle_workers(self, workers: Sequence[int], actions: Sequence[Actions]) -> list[int]:
-        """``workers`` as indices, each idle and listed once, with one block of ``actions``
-        each; else the error ``step_send`` would raise, or a ConfigError, before any write."""
-        ws = [self._states.index(w, self._closed) for w in workers]
-        if len(set(ws)) != len(ws) or len(actions) != len(ws):
+    def _idle_workers(self, workers: Sequence[int] | np.ndarray, blocks: int | None,
+                      ) -> list[int]:
+        """``workers`` as indices, each idle and listed once (with one block of actions each,
+        where ``blocks`` counts them); else the error ``step_send`` would raise, or a
+        ConfigError, before any write. An array of idle workers costs no Python per worker."""
+        ws = self._slot_list(workers)
+        if len(set(ws)) != len(ws) or (blocks is not None and blocks != len(ws)):
             raise errors.ConfigError(
                 name="step_send_many(workers, actions)",
-                expected="distinct workers and one block of actions per worker",
-                got=f"workers {list(workers)} with {len(actions)} blocks",
-                fix="list each worker once, and pass actions[i] for workers[i]")
-        for w in ws:
-            self._expect_idle(w, "step_send_many")
-            if self._no_frozen:
+                expected="distinct workers, and one block of actions per worker when actions "
+                "is a list",
+                got=f"workers {ws} with {blocks} blocks" if blocks is not None else
+                f"workers {ws}", fix="list each worker once, and pass actions[i] for "
+                "workers[i] (or one array of every worker's rows, in order)")
+        current = self._states.current
+        found = (itemgetter(*ws)(current) if len(ws) > 1 else tuple(current[w] for w in ws))
+        if found.count(WorkerState.IDLE) != len(ws):
+            for w in ws:
+                self._expect_idle(w, "step_send_many")  # heals or raises, worker by worker
+        if self._no_frozen:
+            for w in ws:
                 hosted.check_not_ended(self._channel.views[w], self.layout.bounds(w)[0])
         return ws
+
+    def _slot_list(self, workers: Sequence[int] | np.ndarray) -> list[int]:
+        """``workers`` as a list of valid indices (``WorkerIndexError`` naming a bad one); an
+        int array in range is taken as it is."""
+        if isinstance(workers, np.ndarray) and workers.ndim == 1 and workers.dtype.kind in "iu":
+            ws: list[int] = workers.tolist()
+            if not self._closed and (not ws or 0 <= min(ws) <= max(ws) < self.num_slots):
+                return ws
+        return [self._states.index(w, self._closed) for w in workers]
 
     def step_recv(
         self, timeout: float | None = None, *, deadline: float | None = None, copy: bool = False
@@ -358,14 +391,16 @@ class VecSampler:
             guard.idle = restore
 
     def _recv(self, pending: list[int], timeout: float | None, deadline: Deadline,
-              copy: bool) -> list[StepResult]:
+              copy: bool, join: bool = False) -> list[StepResult]:
         """step_recv once its arguments are checked (step() knows them already): one wait, then
-        the failure policy turns what it found into results or one exception."""
+        the failure policy turns what it found into results or one exception. With ``join``,
+        the results joined into one (``Channel.join``) before they are handed over."""
         start = time.perf_counter()
         try:
             workers, timeout, made = self._log.schedule(pending, timeout, copy)
             got = self._channel.collect(workers, timeout, deadline, copy)
             results = self._log.arrange(made + self._failures.settle(got, pending, copy))
+            out = [self._channel.join(results)] if join else results
         except BaseException as exc:
             if self._closed and isinstance(exc, Exception):  # another thread's close() ended
                 if isinstance(exc, errors.ClosedError):  # the wait: nothing to hand over
@@ -376,7 +411,8 @@ class VecSampler:
             raise
         self._meter.timers["wait_s"] += time.perf_counter() - start
         # Last, and counted there: an interrupt before it loses nothing.
-        return self._log.delivered(self._channel.deliver(results, self._meter.timers))
+        delivered = self._log.delivered(self._channel.deliver(results, self._meter.timers))
+        return out if join else delivered
 
     def send_all(self, actions: Actions) -> None:
         """Writes ``actions`` (num_envs rows) to shared memory and starts every worker; on a
@@ -411,37 +447,67 @@ class VecSampler:
         try:
             self._send_all(actions)
             signals.raise_held()  # raised before the wait; the workers' steps stay pending
-            return self._recv_batch(None, copy)
+            return self._recv_batch(self._wait, time.monotonic(), copy)
         finally:
             guard.idle = restore
 
-    def recv_batch(self, *, deadline: float | None = None, copy: bool = False) -> StepResult:
-        """``batch(step_recv(None, deadline=deadline))`` in one call: every env's data as one
-        StepResult once every pending worker's step is in, with their infos merged.
+    def recv_batch(self, timeout: float | None = None, *, deadline: float | None = None,
+                   copy: bool = False) -> StepResult:
+        """``step_recv(timeout)``'s workers as one StepResult: with ``timeout`` None, every
+        env's data once every pending worker's step is in (``batch(step_recv(None))``); with a
+        window in seconds, a partial batch: the workers done within ``timeout`` of the first
+        arrival, their rows gathered one block after another (copies), ``workers`` and
+        ``env_ids`` naming them, their infos merged. ``step_send_many(result.workers,
+        actions)`` sends them again. ``deadline`` and the rest as for ``step_recv``.
 
-        Where every worker is stepping (after ``send_all``) and nothing is recorded or
-        replayed, it costs a fixed number of calls whatever the number of workers: one wait
-        for all of them and one read of all the rows (docs/architecture.md, "The full
-        batch"); a worker lost, a deadline or an infos message takes ``step_recv``'s path,
-        with its errors and its restarts."""
+        Where nothing is recorded or replayed, it costs a fixed number of calls whatever the
+        number of workers (docs/architecture.md, "The full batch" and "The partial batch"):
+        one wait for all of them (a full batch: after ``send_all``), one read of their rows,
+        one read of each info column written; a worker lost, a deadline, an infos message or a
+        restart held for a step takes ``step_recv``'s path, with its errors and restarts, and
+        its results are then joined into one."""
         guard = self._guard
         restore = guard.claim("recv_batch")  # this thread's and process's (guard.py)
         try:
-            return self._recv_batch(deadline, copy)
+            self._check_open()
+            started = time.monotonic()
+            bound = (self._wait if deadline is None
+                     else Deadline(check_seconds(deadline, "deadline")))
+            window = check_seconds(timeout, "timeout")
+            if window is None:
+                return self._recv_batch(bound, started, copy)
+            return self._recv_window(window, bound, started, copy)
         finally:
             guard.idle = restore
 
-    def _recv_batch(self, deadline: float | None, copy: bool) -> StepResult:
-        self._check_open()
-        bound = self._wait if deadline is None else Deadline(check_seconds(deadline, "deadline"))
+    def _recv_batch(self, bound: Deadline, started: float, copy: bool) -> StepResult:
         if self._log is NO_LOG and self._states.all_stepping():
             result = self._channel.collect_batch(bound, copy)
             if result is not None:
                 return result  # no call after the hand-over: a SIGINT is the next call's
+        pending = self._pending_after_fast_path()
+        # What the fast path's wait left of the deadline: the whole wait is bounded by it.
+        return self.batch(self._recv(pending, None, bound.since(started), False), copy=copy)
+
+    def _recv_window(self, window: float, bound: Deadline, started: float,
+                     copy: bool) -> StepResult:
+        if not self._states.any_stepping():
+            raise errors.NoPendingError()
+        if self._log is NO_LOG:
+            result = self._channel.collect_window(window, bound)
+            if result is not None:
+                return result  # no call after the hand-over: a SIGINT is the next call's
+        pending = self._pending_after_fast_path()
+        return self._recv(pending, window, bound.since(started), copy, join=True)[0]
+
+    def _pending_after_fast_path(self) -> list[int]:
+        """The workers the general path waits for, once a fast path gave up."""
+        if self._closed:  # by another thread's close() during the fast path's wait
+            raise _closed_during("recv_batch")
         pending = self._states.stepping()
         if not pending:
             raise errors.NoPendingError()
-        return self.batch(self._recv(pending, None, bound, False), copy=copy)
+        return pending
 
     def _yield_core(self) -> None:
         yielded = time.perf_counter()

@@ -1,8 +1,8 @@
 """``env_placement="auto"``: where a sampler's blocks are stepped, chosen from a measurement.
 
 Once the spaces are known, the sampler times one worker process's block of envs stepped here,
-by the worker's own loop (``inprocess.time_block``, through ``_wire/spec.py: TIME_BLOCK``), and
-prices a synchronous step (post, step, wait: ``step()``, ``VectorEnv.step``) three ways, each
+by the worker's own loop (``inprocess.time_block``, through the door ``vecsample/inprocess.py``),
+and prices a synchronous step (post, step, wait: ``step()``, ``VectorEnv.step``) three ways, each
 block costing its envs' time plus what one more block costs the process that steps it
 (``BLOCK_S``: the step's bookkeeping, its rows):
 
@@ -26,8 +26,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from vecsample._parent.startup import warn_once
-from vecsample._wire.spec import TIME_BLOCK
 from vecsample.errors import PlacementNotice
+from vecsample.inprocess import time_block
 from vecsample.options import usable_cores
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def resolve(layout: Layout, spaces: tuple[Space[Any], Space[Any]]) -> Layout:
     size = layout.bounds(layout.slots(0)[-1])[1]  # the first process's block: the largest
     envs = layout.hosted if layout.hosted is not None else layout.env_fns[:size]
     try:
-        block = TIME_BLOCK(envs, layout.options.autoreset_mode, spaces, list(range(size)),
+        block = time_block(envs, layout.options.autoreset_mode, spaces, list(range(size)),
                            BUDGET_S)
     except Exception as exc:  # the worker processes will name it, typed, and contain it
         choice, reason = "workers", (f"a block of {size} envs could not be stepped here "

@@ -38,6 +38,17 @@ class Deadline:
         """The same call's end, with waits of ``seconds`` (a rebuild's startup_deadline)."""
         return Deadline(seconds, self.end, self.timeout)
 
+    def since(self, started: float) -> Deadline:
+        """The same bounds for a call that began waiting at ``started`` (monotonic clock):
+        its waits together end ``per_wait`` after it (a second wait in the same call gets what
+        the first left, not a fresh ``per_wait``)."""
+        if self.per_wait is None:
+            return self
+        end = started + self.per_wait
+        if self.end is not None and self.end <= end:
+            return self
+        return Deadline(self.per_wait, end, self.per_wait)
+
     def wait_end(self) -> float | None:
         """When a wait that starts now must end: after ``per_wait``, or at ``end`` if sooner."""
         now_plus = None if self.per_wait is None else time.monotonic() + self.per_wait

@@ -6,9 +6,14 @@ synchronous commands (reset, call, ...): send one pickled ``(Command, payload)``
 then read one reply per worker. What a command got comes back as a value, ``Replies``: the
 replies by worker and the workers lost on the way; the sampler's failure policy decides what
 to do with the lost ones (``restart.py``). Steps do not go through here: they travel through
-shared memory (``handshake.py``), driven by ``VecSampler``. A worker that this process serves
-itself (``Options.env_placement``) has a stand-in process and pipe (``inparent.py``), made in
-``_serve_here``: the rest of the pool treats it as any worker.
+shared memory (``handshake.py``), driven by ``VecSampler``.
+
+Two kinds of slot, told apart by one dict (``local``): a slot served by a worker process (in
+``procs``, ``conns`` and ``deaths``: it can die, hang and be killed; its commands travel
+pickled on its pipe) and a slot this process serves itself (``Options.env_placement``: a
+``LocalBlock``, reached through the door ``vecsample/inprocess.py``; its commands are direct
+calls, it cannot die on its own, and an env that hangs there cannot be killed). Each method
+says what it does for each kind; docs/reliability.md lists the guarantees of each.
 """
 
 from __future__ import annotations
@@ -24,15 +29,14 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from vecsample import errors
 from vecsample._parent.deadline import Deadline
-from vecsample._parent.inparent import WorkerProcess, serve_here
 from vecsample._parent.layout import Layout
 from vecsample._parent.signals import critical
 from vecsample._parent.startup import check_main_guard
@@ -46,18 +50,9 @@ from vecsample._wire.protocol import (
     WorkerStates,
 )
 from vecsample._wire.shm import SharedBuffers
-from vecsample._wire.spec import (
-    IN_PARENT,
-    WORKER_MAIN,
-    Pickled,
-    PickledFactory,
-    PipeEnd,
-    WorkerSpec,
-)
+from vecsample._wire.spec import WORKER_MAIN, Pickled, PickledFactory, WorkerSpec
 from vecsample.factories import env_registrations
-
-if TYPE_CHECKING:
-    from vecsample._wire.spec import InParent
+from vecsample.inprocess import LocalBlock
 
 #: The longest single wait handed to poll(): longer ones are cut (poll takes int milliseconds).
 MAX_POLL_MS = 2**31 - 1
@@ -98,7 +93,7 @@ def _disown_in_forked_child() -> None:
     lists, that is our workers, which belong to the parent. So the child forgets them."""
     registry = getattr(mp.process, "_children", None)  # multiprocessing's own list of children
     for pool in list(_POOLS):
-        for proc in pool.procs:
+        for proc in pool.procs.values():
             if registry is not None:
                 registry.discard(proc)
 
@@ -109,7 +104,8 @@ if hasattr(os, "register_at_fork"):
 
 
 class WorkerPool:
-    """The workers of one sampler: their processes, pipes and states."""
+    """The slots of one sampler: the processes, pipes and blocks that serve them, and their
+    states (the module docstring: the two kinds of slot)."""
 
     def __init__(self, layout: Layout, buffers: SharedBuffers) -> None:
         self.layout = layout
@@ -118,22 +114,23 @@ class WorkerPool:
         self._ctx: Any = mp.get_context(layout.context)  # typeshed: BaseContext lacks Process
         # The workers' shared doorbell to a sleeping parent (handshake.py): (reader, writer).
         self.ring_reader, self.ring_writer = self._ctx.Pipe(duplex=False)
-        #: Per worker, the process that serves it (a ``ParentProcess`` stand-in for a worker
-        #: this process serves itself, ``env_placement``) and the parent's end of its pipe.
-        self.procs: list[WorkerProcess] = []
-        self.conns: list[PipeEnd] = []
-        #: The workers this process serves itself, by slot (``layout.parent_slots``): what the
-        #: step channel runs when its wait begins (``SharingChannel``).
-        self.served: dict[int, InParent] = {}
-        #: Per worker, the fd that polls readable once its process has exited (``death_fd``):
-        #: what every wait for a worker watches, set once per process (spawn, respawn).
-        self.deaths: list[int] = []
+        #: The slots this process serves itself (``layout.parent_slots``), by slot: their
+        #: blocks, which the step channel runs (``_parent/local.py``).
+        self.local: dict[int, LocalBlock] = {}
+        #: The slots served by worker processes: by slot, the process that serves it and the
+        #: parent's end of its pipe.
+        self.procs: dict[int, BaseProcess] = {}
+        self.conns: dict[int, Connection] = {}
+        #: By process slot, the fd that polls readable once its process has exited
+        #: (``death_fd``): what every wait for a worker watches, set once per process.
+        self.deaths: dict[int, int] = {}
         #: The pidfds this pool opened, by process: closed when the process is reaped.
-        self._pidfds: dict[WorkerProcess, int] = {}
+        self._pidfds: dict[BaseProcess, int] = {}
         self._owner = os.getpid()
         self._all_deaths: dict[int, list[int]] | None = None  # all of them, until a respawn
         #: The parent's end of the step handshake, as ``layout.transport`` says (the step
-        #: channel drives it; the pool tells it of every command sent, ``announce``).
+        #: channel drives it; the pool tells it of every command sent, ``announce``). A block
+        #: served here has a control row too, which its channel completes itself.
         self.side = parent_side(layout.transport, buffers.control(), layout.num_slots,
                                 self.ring_reader, layout.spin_s, self.conns)
         #: What a spawn or forkserver worker registers before it builds (factories.py).
@@ -141,33 +138,33 @@ class WorkerPool:
             env_registrations(layout.env_fns, layout.hosted), layout.context,
             "an env registration"))
         _POOLS.add(self)
-        # The finalizer holds these lists themselves: a respawn replaces entries in place. It
+        # The finalizer holds these dicts themselves: a respawn replaces entries in place. It
         # runs in this process only: a child forked from it (a DataLoader worker) that exits
         # must not close our workers (its copies of the pipes just close with it).
         self._finalizer = weakref.finalize(self, _shutdown_in, os.getpid(), self.procs,
                                            self.conns, [self.ring_reader, self.ring_writer],
-                                           self._pidfds)
+                                           self._pidfds, self.local)
 
     # --- lifetime --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Starts every worker and waits until all have built their envs."""
-        if len(self.layout.parent_slots) < self.layout.num_slots:  # a process to start
+        """Starts every worker process and builds every block served here; returns once all
+        have built their envs."""
+        here = self.layout.parent_slots
+        if len(here) < self.layout.num_slots:  # a process to start
             check_main_guard(self.layout.context)
         for p in range(self.layout.options.num_workers):
-            proc, conns, death = self._spawn(self.layout.slots(p))  # EnvFactoryError: caller
-            self.procs += [proc] * len(conns)  # per worker: a process serves its slots  (closes)
-            self.conns += conns
-            self.deaths += [death] * len(conns)
+            slots = self.layout.slots(p)
+            if slots.start in here:
+                self._build_here(slots)  # a typed build error raised at once
+                continue
+            proc, conns, death = self._spawn(slots)  # EnvFactoryError: caller closes
+            for s, conn in zip(slots, conns, strict=True):
+                self.procs[s], self.conns[s], self.deaths[s] = proc, conn, death
         try:
-            self._await_built(range(self.layout.num_slots),
-                              Deadline(self.layout.options.startup_deadline))
+            self._await_built(sorted(self.procs), Deadline(self.layout.options.startup_deadline))
         except errors.WorkerError as exc:
-            # A build error the worker typed (a module it cannot import, an env id it lacks)
-            # is raised as that class again; any other as EnvFactoryError.
-            kind = errors.BUILD_ERRORS.get(exc.exc_type, errors.EnvFactoryError)
-            raise kind(f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}"
-                       ) from exc
+            raise _build_error(exc) from exc
 
     def _await_built(self, workers: Sequence[int], deadline: Deadline) -> None:
         for w in workers:
@@ -181,28 +178,55 @@ class WorkerPool:
                 "the call's timeout) if building is just slow, or find what blocks it",
             ) from exc
 
+    def _build_here(self, slots: range) -> None:
+        """Builds the blocks of ``slots`` in this process, now (``inprocess.LocalBlock``). An
+        env that raises is the build error a worker process would report; a KeyboardInterrupt
+        closes what was built, then is raised."""
+        built: list[LocalBlock] = []
+        try:
+            for w in slots:
+                block = LocalBlock(_worker_spec(self, w, None))
+                self.local[w] = block
+                built.append(block)
+                self.states.transition(w, WorkerState.BUSY)
+                try:
+                    block.build()
+                except Exception as exc:
+                    raise _build_error(self.failed(w, block.report("BUILD"))) from exc
+                self.states.transition(w, WorkerState.IDLE)
+        except BaseException:
+            for block in built:
+                block.close()
+            raise
+
     def stop(self, w: int) -> None:
-        """Kills what is left of worker ``w``'s process (before ``respawn``), closes its pipes."""
-        shutdown([self.procs[w]], [self.conns[s] for s in self.layout.process_slots(w)], 0.0,
-                 pidfds=self._pidfds)
+        """Stops what serves slot ``w`` (before ``respawn``): kills what is left of its process
+        and closes its pipes, or closes the envs of a block served here."""
+        slots = self.layout.process_slots(w)
+        if w in self.local:
+            for s in slots:
+                self.local[s].close()
+            return
+        shutdown([self.procs[w]], [self.conns[s] for s in slots], 0.0, pidfds=self._pidfds)
 
     def respawn(self, w: int, deadline: Deadline) -> None:
-        """After ``stop(w)``: a new process for ``w`` (and its other half), built in time."""
+        """After ``stop(w)``: a new process for ``w`` (and its other half), built in time, or
+        its blocks built here again."""
         slots = self.layout.process_slots(w)
+        if w in self.local:
+            self._build_here(slots)
+            return
         proc, conns, death = self._spawn(slots)
         for s, conn in zip(slots, conns, strict=True):
             self.procs[s], self.conns[s], self.deaths[s] = proc, conn, death
         self._await_built(list(slots), deadline)
 
-    def _spawn(self, slots: range) -> tuple[WorkerProcess, list[PipeEnd], int]:
+    def _spawn(self, slots: range) -> tuple[BaseProcess, list[Connection], int]:
         """Starts the process serving workers ``slots``; its pipes, one per worker, and the fd
-        that tells its death (``death_fd``). Slots that this process serves itself
-        (``layout.parent_slots``) are built here, now (``inparent.serve_here``)."""
+        that tells its death (``death_fd``)."""
         self._all_deaths = None  # a new process: a new death fd
-        if slots.start in self.layout.parent_slots:
-            return self._serve_here(slots)
         pipes = [self._ctx.Pipe(duplex=True) for _ in slots]
-        others = [c for i, c in enumerate(self.conns) if i not in slots]
+        others = [c for i, c in self.conns.items() if i not in slots]
         inherited = [*others, *(parent for parent, _ in pipes), self.ring_reader]
         specs = [_worker_spec(self, w, inherited) for w in slots]
         # daemon=True: if the parent exits normally without close(), multiprocessing
@@ -224,36 +248,33 @@ class WorkerPool:
             self._pidfds[proc] = death
         return proc, [parent for parent, _ in pipes], death
 
-    def _serve_here(self, slots: range) -> tuple[WorkerProcess, list[PipeEnd], int]:
-        """Workers ``slots``, served by this process: their blocks built here (the worker's
-        own code, through ``IN_PARENT``), their stand-in process and pipes."""
-        proc, pipes, served = serve_here(IN_PARENT, [_worker_spec(self, w, []) for w in slots])
-        self.served.update(zip(slots, served, strict=True))
-        return proc, list(pipes), proc.death_fd
-
     def pids(self) -> list[int]:
-        return [int(proc.pid or 0) for proc in self.procs]
+        """Each slot's process id: this process's for a block served here."""
+        return [os.getpid() if w in self.local else int(self.procs[w].pid or 0)
+                for w in range(self.layout.num_slots)]
 
     def all_death_fds(self) -> dict[int, list[int]]:
-        """``death_fds`` of every worker, made once and again after each respawn: what a full
-        batch's wait watches, at no cost per worker."""
+        """``death_fds`` of every process slot, made once and again after each respawn: what
+        a full batch's wait watches, at no cost per worker."""
         if self._all_deaths is None:
-            self._all_deaths = self.death_fds(range(self.layout.num_slots))
+            self._all_deaths = self.death_fds(self.deaths)
         return self._all_deaths
 
     def death_fds(self, workers: Iterable[int]) -> dict[int, list[int]]:
         """Each process's death fd (``death_fd``) -> those of ``workers`` it serves (two if
-        pipelined)."""
+        pipelined); a block served here has none (it cannot die apart from this process)."""
         deaths = self.deaths
-        if self.layout.slots_per_process == 1:  # on every wait of a step: the short way
+        if self.layout.slots_per_process == 1 and not self.local:  # every wait: the short way
             return {deaths[w]: [w] for w in workers}
         found: dict[int, list[int]] = {}
         for w in workers:
-            found.setdefault(deaths[w], []).append(w)
+            if w in deaths:
+                found.setdefault(deaths[w], []).append(w)
         return found
 
     def close(self, timeout: float) -> None:
-        """Stops every worker, terminating those not gone within ``timeout``. Idempotent."""
+        """Stops every worker, terminating those not gone within ``timeout``, and closes the
+        blocks served here. Idempotent."""
         if self._finalizer.detach() is None:
             return
         try:
@@ -261,8 +282,10 @@ class WorkerPool:
                 _close_copies(self.conns, [self.ring_reader, self.ring_writer], self._pidfds)
                 return
             self.states.close_all()
-            shutdown(self.procs, self.conns, timeout, [self.ring_reader, self.ring_writer],
-                     self.announce, self._pidfds)
+            self.side.closing(self.ring_writer)  # a wait in another thread ends now
+            _close_local(self.local)
+            shutdown(list(self.procs.values()), list(self.conns.values()), timeout,
+                     [self.ring_reader, self.ring_writer], self.announce, self._pidfds)
         finally:
             # The shared memory's fd, here and now (shm.Region): its mapping stays for the
             # views still held (the user's results), and goes with the last of them.
@@ -299,30 +322,54 @@ class WorkerPool:
     ) -> Replies:
         """Sends ``command`` with ``payload(w)`` to each of ``workers``; their replies, and the
         workers lost on the way (past ``deadline``: DeadlineExceededError, the silent ones
-        marked failed)."""
+        marked failed). The worker processes get theirs first, then the blocks served here
+        run theirs, while the processes work, then the processes' replies are read."""
         # Build every message before sending any: a payload that fails to pickle must not leave
         # some workers busy with a command whose replies nobody reads.
-        messages = {w: _dumps(command, payload(w)) for w in workers}
+        messages = {w: _dumps(command, payload(w)) for w in workers if w not in self.local}
         sent: list[int] = []
-        unsent: list[Lost] = []
+        replies = Replies()
         for w, message in messages.items():
             with critical:  # sent and marked busy together, or neither
                 try:
                     self.conns[w].send_bytes(message)
                 except OSError:
-                    unsent.append(self.died(w, command.name))
+                    replies.lost.append(self.died(w, command.name))
                     continue
                 self.states.transition(w, WorkerState.BUSY)
             sent.append(w)
         self.announce(sent)
-        replies = self.gather(sent, command.name, deadline)  # every sent command is answered
-        replies.lost += unsent
-        return replies
+        for w in workers:
+            if w in self.local:
+                self._run_here(w, command, payload(w), replies)
+        got = self.gather(sent, command.name, deadline)  # every sent command is answered
+        got.ok.update(replies.ok)
+        got.lost += replies.lost
+        return got
+
+    def _run_here(self, w: int, command: Command, payload: Any, replies: Replies) -> None:
+        """``command`` on the block served here as slot ``w``, a direct call: its result, or
+        the error that names its env, into ``replies``. A KeyboardInterrupt out of it (an env's,
+        or a SIGINT handler other than vecsample's) leaves the block half commanded: it is
+        marked failed (a restart rebuilds it), then the interrupt is raised."""
+        block = self.local[w]
+        self.states.transition(w, WorkerState.BUSY)
+        try:
+            result = block.run(command, payload)
+        except Exception:
+            replies.lost.append(self.failed(w, block.report(command.name)))
+            return
+        except BaseException:
+            self.failed(w, block.report(command.name))
+            raise
+        self.states.transition(w, WorkerState.IDLE)
+        replies.ok[w] = result
 
     def announce(self, workers: Sequence[int]) -> None:
         """After a command was sent to each of ``workers``: the handshake's side makes sure
         each reads it now, spinning or asleep (``ParentSide.commanded``)."""
-        self.side.commanded(workers)
+        if workers:
+            self.side.commanded(workers)
 
     def reconcile(self, deadline: Deadline) -> list[errors.WorkerDiedError]:
         """Before a command: an interrupted command's replies are read, and the workers that
@@ -332,15 +379,15 @@ class WorkerPool:
 
     def find_dead(self) -> list[errors.WorkerDiedError]:
         """Marks idle workers whose process is gone as dead (a death between calls)."""
-        dead = [w for w, proc in enumerate(self.procs)
+        dead = [w for w, proc in self.procs.items()
                 if self.states.current[w] is WorkerState.IDLE and not proc.is_alive()]
         return [self.died(w, "the time between two calls") for w in dead]
 
     def drain(self, deadline: Deadline) -> None:
         """Reads the replies of a command that a KeyboardInterrupt cut short, so that no stale
         reply is ever taken for a later call's (a silent worker is marked failed; a lost one's
-        own state says what happened)."""
-        busy = [w for w, s in enumerate(self.states.current) if s is WorkerState.BUSY]
+        own state says what happened). A block served here is never left busy."""
+        busy = [w for w in self.procs if self.states.current[w] is WorkerState.BUSY]
         if busy:
             self.gather(busy, "DRAIN", deadline)
 
@@ -409,7 +456,7 @@ class WorkerPool:
             "are just slow",
         )
 
-    def _wait_any(self, waiting: dict[PipeEnd, int], timeout: float | None) -> list[Any]:
+    def _wait_any(self, waiting: dict[Connection, int], timeout: float | None) -> list[Any]:
         """The pipes and death fds of ``waiting`` workers that are ready within ``timeout``."""
         handles = [*waiting, *{self.deaths[w] for w in waiting.values()}]
         return wait_handles(handles, None if timeout is None else max(0.0, timeout))
@@ -417,7 +464,7 @@ class WorkerPool:
     def _dead_in(self, ready: list[Any]) -> set[int]:
         """The workers whose process's death fd is in ``ready`` (all of a process's slots)."""
         fired = {r for r in ready if isinstance(r, int)}
-        return {w for w, fd in enumerate(self.deaths) if fd in fired}
+        return {w for w, fd in self.deaths.items() if fd in fired}
 
     def _read_reply(self, w: int, command: str) -> tuple[Any, Lost | None]:
         """Worker ``w``'s reply to ``command``: (its payload, None), or (None, the error that
@@ -444,12 +491,13 @@ class WorkerPool:
 
 # --- helpers -------------------------------------------------------------------------------------
 
-def _worker_spec(pool: WorkerPool, w: int, inherited: list[PipeEnd]) -> WorkerSpec:
+def _worker_spec(pool: WorkerPool, w: int, inherited: list[Connection] | None) -> WorkerSpec:
     """What the process serving worker ``w`` needs for it (``inherited``: pipe ends to close
-    under fork)."""
+    under fork); None: ``w`` is served here, its factories called as they are."""
     lo, hi = pool.layout.bounds(w)
     fns = pool.layout.env_fns[lo:hi]  # empty with a hosted env, which pickles itself
-    if pool.layout.context != "fork":
+    here = inherited is None
+    if pool.layout.context != "fork" and not here:
         fns = tuple(PickledFactory(fn, pool.layout.context) for fn in fns)
     affinity = pool.layout.cpu_affinity[w]
     return WorkerSpec(
@@ -461,17 +509,17 @@ def _worker_spec(pool: WorkerPool, w: int, inherited: list[PipeEnd]) -> WorkerSp
         # PR_SET_PDEATHSIG fires when the creating *thread* exits: from another thread,
         # the worker relies on its watchdog (the parent's death is seen within 0.2 s).
         pdeathsig=threading.current_thread() is threading.main_thread(),
-        spin_s=pool.layout.spin_s, ring_writer=pool.ring_writer,
+        spin_s=pool.layout.spin_s, ring_writer=None if here else pool.ring_writer,
         transport=pool.layout.transport,
-        inherited_conns=inherited if pool.layout.context == "fork" else [],
-        registrations=pool.registrations,
+        inherited_conns=inherited if inherited and pool.layout.context == "fork" else [],
+        registrations=None if here else pool.registrations,
     )
 
 
 def shutdown(
-    procs: Sequence[WorkerProcess], conns: Sequence[PipeEnd], timeout: float,
-    more: Sequence[PipeEnd] = (), announce: Callable[[Sequence[int]], None] | None = None,
-    pidfds: dict[WorkerProcess, int] | None = None,
+    procs: Sequence[BaseProcess], conns: Sequence[Connection], timeout: float,
+    more: Sequence[Connection] = (), announce: Callable[[Sequence[int]], None] | None = None,
+    pidfds: dict[BaseProcess, int] | None = None,
 ) -> None:
     """Asks every worker to exit (``announce``: ``WorkerPool.announce``, for all of them),
     then terminates and kills what is left, then closes the pipes (``more``: the doorbell
@@ -503,8 +551,8 @@ def shutdown(
             os.close(fd)
 
 
-def _join_all(procs: Sequence[WorkerProcess], end: float | None,
-              pidfds: dict[WorkerProcess, int]) -> None:
+def _join_all(procs: Sequence[BaseProcess], end: float | None,
+              pidfds: dict[BaseProcess, int]) -> None:
     """Reaps those of ``procs`` that exit before ``end`` (None: waits for all)."""
     for proc in procs:
         fd = pidfds.get(proc)
@@ -542,11 +590,11 @@ def _exited(fd: int, timeout: float | None) -> bool:
     return bool(wait_handles([fd], timeout))
 
 
-def _close_copies(conns: Sequence[PipeEnd], more: Sequence[PipeEnd],
-                  pidfds: dict[WorkerProcess, int]) -> None:
+def _close_copies(conns: dict[int, Connection], more: Sequence[Connection],
+                  pidfds: dict[BaseProcess, int]) -> None:
     """In a forked copy of the pool: closes its copies of the pipes and pidfds, and nothing
-    else (the workers are the parent's)."""
-    for conn in [*conns, *more]:
+    else (the workers and the blocks served here are the parent's)."""
+    for conn in [*conns.values(), *more]:
         conn.close()
     for fd in pidfds.values():
         with contextlib.suppress(OSError):
@@ -594,11 +642,29 @@ def wait_handles(objects: list[Any], timeout: float | None) -> list[Any]:
     return [by_fd[fd] for fd, _ in events]
 
 
-def _shutdown_in(owner: int, procs: list[WorkerProcess], conns: list[PipeEnd],
-                 more: Sequence[PipeEnd], pidfds: dict[WorkerProcess, int]) -> None:
-    """The finalizer: ``shutdown`` in the process that made the workers, else only close the
-    pipe and pidfd copies (a forked child exiting must not close its parent's workers)."""
+def _shutdown_in(owner: int, procs: dict[int, BaseProcess], conns: dict[int, Connection],
+                 more: Sequence[Connection], pidfds: dict[BaseProcess, int],
+                 local: dict[int, LocalBlock]) -> None:
+    """The finalizer: ``shutdown`` in the process that made the workers (and the blocks served
+    here closed), else only close the pipe and pidfd copies (a forked child exiting must not
+    close its parent's workers)."""
     if os.getpid() == owner:
-        shutdown(procs, conns, 1.0, more, pidfds=pidfds)
+        _close_local(local)
+        shutdown(list(procs.values()), list(conns.values()), 1.0, more, pidfds=pidfds)
     else:
         _close_copies(conns, more, pidfds)
+
+
+def _close_local(local: dict[int, LocalBlock]) -> None:
+    """Closes the envs of every block served here (each waits for a step or command under
+    way in another thread)."""
+    for block in local.values():
+        block.close()
+
+
+def _build_error(exc: errors.WorkerError) -> errors.EnvFactoryError:
+    """A worker's (or a block's) build error as the parent raises it: a build error the
+    worker typed (a module it cannot import, an env id it lacks) as that class again, any
+    other as EnvFactoryError."""
+    kind = errors.BUILD_ERRORS.get(exc.exc_type, errors.EnvFactoryError)
+    return kind(f"worker {exc.worker} could not build its envs (env {exc.env}): {exc}")

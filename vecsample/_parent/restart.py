@@ -1,7 +1,7 @@
 """What a failed worker becomes, decided once at construction: an exception (``RaiseFailures``,
 ``restart=False``) or a respawn (``Restarts``, ``restart=True``).
 
-A step's wait (``StepChannel.collect``) returns what it read together with what died, failed or
+A step's wait (``Channel.collect``) returns what it read together with what died, failed or
 hung; the sampler's policy turns that into the call's results or one exception, raised at the API
 boundary (``settle``). A command's RPC returns its replies with the workers lost on the way
 (``pool.Replies``); the policy raises the first loss or respawns the lost workers and asks them
@@ -10,7 +10,7 @@ calls, and ``heal`` respawns workers found lost before a call.
 
 With ``Restarts``, a worker that died, raised or hung is respawned in place: the channel stops
 its process, starts a fresh one on a fresh pipe (no stale reply can be read) and flags its rows
-``restarted`` and truncated (``StepChannel.respawned``); this policy gives the new envs again the
+``restarted`` and truncated (``Channel.respawned``); this policy gives the new envs again the
 tasks and attributes that ``reset_task``/``set_attr`` gave them and resets them with seeds drawn
 from each env's own stream (``seeding.EnvSeeds``). The respawned worker comes back as a result of
 the call that saw it fail, so the caller's loop goes on. Past ``max_restarts`` the failure is
@@ -31,8 +31,8 @@ from vecsample.results import StepResult
 from vecsample.seeding import EnvSeeds
 
 if TYPE_CHECKING:  # passed in by the sampler, which builds them: no import at run time
+    from vecsample._parent.channel import Channel, Collected
     from vecsample._parent.pool import Replies, WorkerPool
-    from vecsample._parent.stepping import Collected, StepChannel
 
 #: Asks the workers given again for the command that lost them: their ``Replies``.
 Retry = Callable[[list[int]], "Replies"]
@@ -100,7 +100,7 @@ class RaiseFailures:
 class Restarts:
     """``restart=True``: a worker that died, raised or hung is respawned and returned flagged."""
 
-    def __init__(self, layout: Layout, pool: WorkerPool, channel: StepChannel,
+    def __init__(self, layout: Layout, pool: WorkerPool, channel: Channel,
                  seeds: EnvSeeds) -> None:
         self._layout = layout
         self._pool = pool
@@ -171,7 +171,7 @@ class Restarts:
                  = frozenset(), hold: bool = False) -> list[StepResult]:
         """Respawns the process serving worker ``w`` in place (one restart, whatever it serves):
         its flagged result, then those of its other half (``pipeline``) if the death lost its
-        step (``StepChannel.respawned``). Raises RestartLimitError past ``max_restarts``; a
+        step (``Channel.respawned``). Raises RestartLimitError past ``max_restarts``; a
         rebuild that fails too raises, carrying ``results``."""
         self._check_limit(w, reason, cause, results)
         self.log.append((w, reason))

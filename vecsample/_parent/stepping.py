@@ -1,29 +1,27 @@
-"""``StepChannel``: the parent's side of the step handshake, the hot path of every step.
+"""``StepChannel``: the step API over worker processes, through the step handshake.
 
-It posts a worker's step and wakes it if it sleeps (``send``, ``ring``), waits for finished
-steps, full or partial batch, within a deadline (``collect``), hands them over (``deliver``), and
-turns a worker's rows of shared memory into a ``StepResult`` (``result_of``). It owns each
-worker's life between steps: what it holds for a worker besides the handshake counters is one
-``Slot`` record, and a respawn of a worker's process goes through one call, ``respawned``. The
-handshake itself, counters and doorbells, is in ``handshake.py``; the worker processes and
-their pipes are the pool's.
+A posted step is a bump of the worker's ``SEQ`` word (and a ring where it sleeps); its end is
+the worker's ``DONE`` word, waited for in one call (C or Python, ``handshake.py``), with the
+infos that did not fit in their columns on its pipe. ``collect`` reads a full or partial batch
+with what died, failed or hung on the way; ``collect_batch`` a whole batch at a fixed cost.
+What a slot holds between steps, the hand-over and the respawn are the base class's
+(``channel.py``). ``SharingChannel`` (``local.py``) also steps, between the post and the wait,
+the block this process serves itself (``env_placement="share"``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
 import pickle
 import time
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vecsample import errors
 from vecsample._parent import signals
+from vecsample._parent.channel import Channel, Collected
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
 from vecsample._parent.stats import Meter
@@ -34,76 +32,29 @@ from vecsample._wire.handshake import (
     REPLY_MESSAGE,
     HandshakeState,
 )
-from vecsample._wire.infos import RESET, STEP, InfoRecord, Schema, read_batch, read_block
+from vecsample._wire.infos import (
+    RESET,
+    STEP,
+    InfoRecord,
+    Schema,
+    read_batch,
+    read_block,
+    read_rows,
+)
 from vecsample._wire.protocol import Reply, WorkerState
-from vecsample._wire.shm import SharedBuffers, Views
-from vecsample._wire.spaces import copy_tree
+from vecsample._wire.shm import SharedBuffers
 from vecsample.results import StepResult
 
 if TYPE_CHECKING:  # passed in by the sampler, which builds it: no import at run time
     from vecsample._parent.pool import WorkerPool
 
 
-@dataclass
-class Collected:
-    """What one wait for steps found: the results read, in arrival order; the workers lost on
-    the way (died, or their env raised), each as the error that names it; and the workers still
-    pending when the wait's deadline passed (``hung``; ``bound``: the seconds that ran out).
-    A failure policy (restart.py) turns it into the call's results or one exception."""
-
-    results: list[StepResult] = field(default_factory=list)
-    lost: list[errors.WorkerError] = field(default_factory=list)
-    hung: list[int] = field(default_factory=list)
-    bound: float | None = None
-
-
-@dataclass
-class Slot:
-    """What the channel holds for one worker of the step API besides its handshake counters;
-    a blank record (every field at its default) is the usual case between steps."""
-
-    #: A step read but not yet handed over (an interrupt came between, or a restart stands in
-    #: for a step lost with its process): the next collect returns it first. Its worker stays
-    #: STEPPING until it is handed over.
-    unread: StepResult | None = None
-    #: A restart that stands in for the worker's next step (its process was respawned between
-    #: two of its steps): returned when that step is posted, instead of running it.
-    restart: StepResult | None = None
-    #: The rows to write back when ``restart`` is returned (its rows still held the worker's
-    #: last result, which the caller may hold as views); None: they hold the restart already.
-    restart_rows: list[np.ndarray] | None = None
-    #: The worker's rows carry a restart's flags (``restarted``), cleared when it next steps.
-    clear_flags: bool = False
-
-    def blank(self) -> bool:
-        return self.unread is None and self.restart is None and not self.clear_flags
-
-
-@dataclass
-class _HandOver:
-    """What one ``deliver`` has done so far, for its undo: the workers it made idle (with the
-    results they held) and what it counted."""
-
-    idle: list[tuple[int, StepResult]] = field(default_factory=list)
-    counted: dict[str, float] = field(default_factory=dict)
-
-
-#: A respawned process's envs made ready again (``Restarts``): given ``slots``, every env's
-#: reset info.
-Reinit = Callable[[range], list[dict[str, Any]]]
-
-
-class StepChannel:
-    """Posts, wakes and collects the steps of a pool's workers through shared memory."""
+class StepChannel(Channel):
+    """Posts, wakes and collects the steps of a pool's worker processes through shared memory."""
 
     def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
                  meter: Meter | None = None) -> None:
-        self._layout = layout
-        #: The sampler's timers: ``return_s`` counts the time spent reading finished steps.
-        self._timers = (meter or Meter()).timers
-        self._pool = pool
-        self._states = pool.states
-        self._buffers = buffers
+        super().__init__(layout, buffers, pool, meter)
         self._action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
         #: The parent's end of the handshake, built by the pool from ``layout.transport``.
         self._hs = pool.side
@@ -112,99 +63,25 @@ class StepChannel:
         self._replies = control[:, REPLY]  # views (basic slices): they follow the words
         self._info_bits = control[:, INFO_STEP:INFO_RESET + 1]
         assert INFO_RESET == INFO_STEP + 1 and self._info_bits.base is not None
-        #: The info columns given out so far (vecsample/_wire/infos.py).
-        self._schema = Schema(buffers.infos)
-        #: Views of every env's rows, and of each worker's block.
-        self.all_views: Views = buffers.views()
-        self.views = [buffers.views(*layout.bounds(w)) for w in range(layout.num_slots)]
-        #: Each worker's env ids, computed once (the hot path reads them every step).
-        self.blocks = [range(*layout.bounds(w)) for w in range(layout.num_slots)]
-        self._sizes = np.array([len(b) for b in self.blocks])
-        #: One record per worker of the step API (``Slot``).
-        self.slots = [Slot() for _ in range(layout.num_slots)]
-        #: The workers whose record is not blank: what the hot path checks, at no cost per worker.
-        self._marked: set[int] = set()
 
-    def send(self, w: int, started: float) -> None:
-        """Posts worker ``w``'s step, wakes it and counts ``send_s`` since ``started``: the end
-        of step_send. A SIGINT from the post on is held for the next call (``signals.commit``),
-        so a KeyboardInterrupt out of step_send means that nothing was posted."""
-        signals.enter()
-        try:
-            if self._post(w):
-                self.ring((w,))
-            self._timers["send_s"] += time.perf_counter() - started
-        finally:
-            signals.commit()  # the last call: no KeyboardInterrupt between the post and return
+    def _start(self, w: int) -> None:
+        self._hs.post(w)
 
-    def send_many(self, workers: Sequence[int], started: float) -> None:
-        """``send`` for each of ``workers`` (all idle, each once), with one ring for all: the
-        end of step_send_many. A SIGINT from the first post on is held for the next call."""
-        signals.enter()
-        try:
-            self.ring([w for w in workers if self._post(w)])
-            self._timers["send_s"] += time.perf_counter() - started
-        finally:
-            signals.commit()  # the last call: no KeyboardInterrupt between the posts and return
-
-    def send_all(self, started: float, hand_over: bool = False) -> None:
-        """``send`` for every worker (all idle): the end of send_all. With ``hand_over`` it
-        then yields this process's core once (``sched_yield``), so that the worker sharing it
-        starts now; the yield counts as waiting (``wait_s``)."""
-        signals.enter()
-        try:
-            self.ring(self._post_all())
-            posted = time.perf_counter()
-            self._timers["send_s"] += posted - started
-            if hand_over:
-                os.sched_yield()
-                self._timers["wait_s"] += time.perf_counter() - posted
-        finally:
-            signals.commit()  # the last call: no KeyboardInterrupt between the post and return
-
-    def _post(self, w: int) -> bool:
-        """Posts worker ``w``'s step and marks it STEPPING; whether it was posted to the
-        worker (``ring`` must follow) or a restart of it stands in for the step instead."""
-        posted = True
-        if w in self._marked:
-            slot = self.slots[w]
-            if slot.restart is not None:  # respawned since its last step: its restart
-                slot.unread, slot.restart = slot.restart, None
-                if slot.restart_rows is not None:  # kept its last result's rows until now
-                    self.views[w].write_rows(slot.restart_rows)
-                    slot.restart_rows, slot.clear_flags = None, True
-                posted = False
-            elif slot.clear_flags:  # a restart's flags last until the worker's next step
-                self.views[w].restarted[:] = False
-                slot.clear_flags = False
-            self._tidy(w)
-        if posted:
-            self._hs.post(w)
-        self._states.transition(w, WorkerState.STEPPING)
-        return posted
-
-    def _post_all(self) -> Sequence[int]:
-        """Posts every worker's step (one vectorised write, unless a worker's record says
-        otherwise); the workers posted to."""
-        if self._marked:
-            return [w for w in range(self._layout.num_slots) if self._post(w)]
+    def _start_all(self) -> None:
         self._hs.post_all()
-        self._states.transition_all(WorkerState.STEPPING)
-        return range(self._layout.num_slots)
 
-    def _tidy(self, w: int) -> None:
-        """Keeps ``_marked`` equal to the workers whose record is not blank."""
-        if self.slots[w].blank():
-            self._marked.discard(w)
-        else:
-            self._marked.add(w)
+    def _start_many(self, workers: Sequence[int]) -> None:
+        self._hs.post_many(workers)
 
-    def drop_held(self) -> None:
-        """A reset replaced every restart held for a next step with fresh episodes."""
-        for w in list(self._marked):
-            slot = self.slots[w]
-            slot.restart = slot.restart_rows = None
-            self._tidy(w)
+    def _forget(self, slots: range) -> None:
+        for s in slots:
+            self._hs.reset_worker(s)
+
+    def _finished(self, w: int, copy: bool) -> StepResult | errors.WorkerError | None:
+        return self._read_step(w, copy) if self._hs.ready((w,)) else None
+
+    def snapshot(self) -> HandshakeState:
+        return self._hs.snapshot()
 
     def ring(self, workers: Sequence[int]) -> None:
         """Wakes those of ``workers`` that sleep (the transport's ``ring``), then sends their
@@ -216,10 +93,13 @@ class StepChannel:
     def _send_actions(self, workers: Sequence[int]) -> None:
         """The pickled action leaves of ``workers``, after their post (the worker reads them)."""
         for w in workers:
+            conn = self._pool.conns.get(w)
+            if conn is None:  # a block served here reads this process's own leaves
+                continue
             lo, hi = self._layout.bounds(w)
             message = pickle.dumps(self._buffers.lane(lo, hi, ("act",)), pickle.HIGHEST_PROTOCOL)
             with contextlib.suppress(OSError):  # dead: the next collect reports it (see ring)
-                self._pool.conns[w].send_bytes(message)
+                conn.send_bytes(message)
 
     def collect(self, pending: list[int], timeout: float | None, deadline: Deadline,
                 copy: bool) -> Collected:
@@ -235,12 +115,12 @@ class StepChannel:
         waiting = set(pending)
         end = deadline.wait_end()
         window: float | None = None  # the end of a partial batch: ``timeout`` after the first
-        if self._marked and self._take_carried(got.results, waiting) and timeout is not None:
-            window = time.monotonic() + timeout
+        if self._marked:
+            self._take_carried(got.results, waiting)
         while waiting:
+            if timeout is not None and window is None and (got.results or got.lost):
+                window = time.monotonic() + timeout  # the first arrival, or the first loss
             if self._read_ready(got, waiting, copy):
-                if timeout is not None and window is None:
-                    window = time.monotonic() + timeout  # a loss ends a partial batch too
                 continue
             now = time.monotonic()
             if window is not None and now >= window:
@@ -250,7 +130,7 @@ class StepChannel:
                 break
             self._sleep(got, waiting, _earliest(end, window), now)
             if self._states.closed:  # by another thread's close(): the workers are going
-                raise _closed_while_waiting()
+                raise closed_while_waiting()
         return got
 
     def collect_batch(self, deadline: Deadline, copy: bool) -> StepResult | None:
@@ -288,6 +168,56 @@ class StepChannel:
             signals.commit()  # the last call: the batch is taken, a SIGINT is the next call's
         return result
 
+    def collect_window(self, window: float, deadline: Deadline) -> StepResult | None:
+        """A partial batch at a fixed cost whatever the number of workers in it: one wait
+        (every worker in flight, until one is done and then ``window`` more seconds, or all
+        are), one look at their replies, one gather of their rows and one read of each info
+        column written, one state change. None where this path cannot take it: a worker's
+        record is not blank, stores are not ordered, a worker died, the deadline passed, or a
+        reply came on a pipe; the general ``collect`` then finds the finished steps unread. A
+        SIGINT once the steps are taken is held for the next call: the batch is returned."""
+        if self._marked or not self._hs.ordered:
+            return None
+        started = time.perf_counter()
+        end = deadline.wait_end()
+        cpu = time.thread_time()
+        fired = self._hs.wait_window(window, None if end is None else end - time.monotonic(),
+                                     self._pool.all_death_fds())
+        self._timers["wait_cpu_s"] += time.thread_time() - cpu
+        if self._states.closed:  # by another thread's close(): the workers are going
+            raise closed_while_waiting()
+        ready = [] if fired else self._hs.ready(None)
+        workers = np.array(ready, dtype=np.int64)
+        if not ready or self._replies[workers].any():
+            return None
+        read = time.perf_counter()
+        signals.enter()
+        try:
+            result = self._gathered(workers, ready)
+            timers = self._timers
+            timers["recvs"] += 1.0
+            timers["workers_received"] += float(len(ready))
+            done = time.perf_counter()
+            timers["wait_s"] += done - started
+            timers["return_s"] += done - read
+        finally:
+            signals.commit()  # the last call: the steps are taken, a SIGINT is the next call's
+        return result
+
+    def _gathered(self, workers: np.ndarray, ready: list[int]) -> StepResult:
+        """``gather`` of ``workers`` (all finished, their replies plain) with their infos; their
+        steps then marked read and their workers idle."""
+        result = self.gather(workers)
+        bits = self._info_bits[workers]
+        if bits.any():
+            rows, sizes = result.env_ids, self._sizes[workers]
+            assert isinstance(rows, np.ndarray)
+            result.infos.add(read_rows(self._schema, STEP, bits[:, 0], rows, sizes), {})
+            result.reset_infos.add(read_rows(self._schema, RESET, bits[:, 1], rows, sizes), {})
+        self._hs.received_many(ready)
+        self._states.set_many(ready, WorkerState.STEPPING, WorkerState.IDLE)
+        return result
+
     def _wait_batch(self, end: float | None) -> bool:
         """Waits until every worker finished (True), or one died or ``end`` passed (False)."""
         hs, sentinels = self._hs, self._pool.all_death_fds()
@@ -300,7 +230,7 @@ class StepChannel:
                 if hs.wait_all(None if end is None else end - now, sentinels):
                     return False  # a worker died: the general collect names it
                 if self._states.closed:
-                    raise _closed_while_waiting()
+                    raise closed_while_waiting()
             return True
         finally:
             self._timers["wait_cpu_s"] += time.thread_time() - cpu
@@ -336,46 +266,6 @@ class StepChannel:
             waiting.difference_update(lost)
             got.lost += [self._pool.died(w, "STEP") for w in lost]
 
-    def deliver(self, results: list[StepResult], timers: dict[str, float] | None = None,
-                ) -> list[StepResult]:
-        """Hands ``results`` over: their workers become idle, and ``timers`` counts them
-        (``recvs``, ``workers_received``). A SIGINT before the hand-over is complete undoes
-        it, count included; one after it is raised in the caller's code, with the hand-over
-        and its count both done (CPython may run a handler as soon as the section's end
-        returns, so nothing is left to do after it)."""
-        did = _HandOver()
-        with signals.undoable(functools.partial(self._undo, did, timers)):
-            for r in results:
-                assert r.worker is not None
-                slot = self.slots[r.worker]
-                if slot.unread is not None:
-                    self._states.transition(r.worker, WorkerState.IDLE)
-                    did.idle.append((r.worker, slot.unread))
-                    slot.unread = None
-                    self._tidy(r.worker)
-            if timers is not None:
-                did.counted = {"recvs": 1.0, "workers_received": float(len(results))}
-                for name, value in did.counted.items():
-                    timers[name] += value
-        return results
-
-    def _undo(self, did: _HandOver, timers: dict[str, float] | None) -> None:
-        for name, value in did.counted.items():
-            timers[name] -= value  # type: ignore[index]  # counted only with timers
-        for w, unread in did.idle:
-            self._states.transition(w, WorkerState.STEPPING)
-            self.slots[w].unread = unread
-            self._marked.add(w)
-
-    def _take_carried(self, results: list[StepResult], waiting: set[int]) -> bool:
-        """Results read by a call that an interrupt cut short, or restarts that stand in for
-        steps lost with their process: returned first."""
-        carried = [w for w in waiting if self.slots[w].unread is not None]
-        for w in carried:
-            waiting.discard(w)
-            results.append(self.slots[w].unread)  # type: ignore[arg-type]
-        return bool(carried)
-
     def _read_step(self, w: int, copy: bool) -> StepResult | errors.WorkerError:
         """Worker ``w``'s finished step, read off the handshake (and pipe) in one piece and
         stashed; or the error that names it, if it died while sending or its env raised."""
@@ -396,152 +286,20 @@ class StepChannel:
                 if candidates and self._schema.propose(candidates):
                     self._hs.publish(len(self._schema.columns))
             result = self.result_of(w, copy)
-            _add_infos(self._schema, result, records, bits)
-            self.slots[w].unread = result
-            self._marked.add(w)
+            _add_infos(self._schema, result, self.blocks[w], records, bits)
+            self.stash(w, result)
         finally:
             signals.leave()
         return result
 
-    def result_of(self, w: int | None, copy: bool) -> StepResult:
-        """Worker ``w``'s rows (every env's for None) as a StepResult, views or copies."""
-        v = self.all_views if w is None else self.views[w]
-        env_ids = range(self._layout.num_envs) if w is None else self.blocks[w]
-        if copy:
-            return StepResult(
-                w, env_ids, copy_tree(v.obs), v.rewards.copy(), v.terminated.copy(),
-                v.truncated.copy(), copy_tree(v.final_obs), v.has_final_obs.copy(),
-                v.restarted.copy(),
-            )
-        return StepResult(w, env_ids, v.obs, v.rewards, v.terminated, v.truncated, v.final_obs,
-                          v.has_final_obs, v.restarted)
 
-    def snapshot(self) -> HandshakeState:
-        return self._hs.snapshot()
-
-    # --- a respawn ------------------------------------------------------------------------------
-
-    def respawned(self, w: int, reason: str, copy: bool, *, owed: Collection[int], hold: bool,
-                  startup: Deadline, reinit: Reinit) -> list[StepResult]:
-        """Replaces the process serving worker ``w`` (its envs made ready by ``reinit``, within
-        ``startup`` for the build) and returns ``w``'s flagged restart, then those of its other
-        half (``pipeline``) whose step was lost with the process: stepping, or ``owed`` (pending
-        in this recv and not received), and not finished before the death. An other half whose
-        result stands keeps it: its rows are written back after the respawn and its restart is
-        returned by its next step. With ``hold``, ``w``'s restart is returned by its next step
-        too (it was respawned between two steps). Other processes' rows are never touched."""
-        slots = self._layout.process_slots(w)
-        others = [s for s in slots if s != w]
-        lost = [s for s in others if (self._states[s] is WorkerState.STEPPING or s in owed)
-                and not self._has_result(s, copy)]
-        saved = {s: self.views[s].copy_rows() for s in others if s not in lost}
-        self._pool.stop(w)
-        for s in slots:  # after the old process is gone: nothing can write behind us
-            self._hs.reset_worker(s)
-        self._pool.respawn(w, startup)
-        reset_infos = reinit(slots)
-        made = {s: self._restarted(s, reset_infos, reason if s == w else f"{reason} (worker "
-                                   f"{w}, the other half of its process)", copy or s in saved)
-                for s in slots}
-        for s, rows in saved.items():  # the standing result's rows, back; the restart waits
-            self._stand_in(s, made[s], self.views[s].copy_rows())
-            self.views[s].write_rows(rows)
-        for s in lost:  # its step was lost with the process: the restart is its result
-            self._states.transition(s, WorkerState.STEPPING)
-            self.slots[s].unread = made[s]
-            self._tidy(s)
-        if hold:
-            self._stand_in(w, made[w], None)
-        return [made[w], *(made[s] for s in lost)]
-
-    def _has_result(self, w: int, copy: bool) -> bool:
-        """Whether ``w``'s step has a result: read already, or finished (read now)."""
-        if self.slots[w].unread is not None:
-            return True
-        if self._states[w] is WorkerState.STEPPING and self._hs.ready((w,)):
-            return isinstance(self._read_step(w, copy), StepResult)  # else: lost, marked so
-        return False
-
-    def _stand_in(self, w: int, restart: StepResult, rows: list[np.ndarray] | None) -> None:
-        """``w``'s next step returns ``restart`` (writing ``rows`` back first, if given)."""
-        slot = self.slots[w]
-        slot.restart, slot.restart_rows = restart, rows
-        if slot.unread is not None:  # to be delivered by this recv (or the next): stepping
-            self._states.transition(w, WorkerState.STEPPING)
-        self._tidy(w)
-
-    def _restarted(self, w: int, reset_infos: list[dict[str, Any]], reason: str,
-                   copy: bool) -> StepResult:
-        """Worker ``w``'s rows after a respawn: truncated, restarted, no reward, until it steps,
-        with its envs' reset infos and ``reason``. Its final observations are zeroed: the dead
-        worker may have half written them, and a replayed run must find the same bytes there
-        (tests/test_replay.py)."""
-        v = self.views[w]
-        for leaf in v.final_obs_leaves:
-            leaf[:] = None if leaf.dtype == object else 0
-        v.rewards[:] = 0.0
-        v.terminated[:] = False
-        v.has_final_obs[:] = False
-        v.truncated[:] = True
-        v.restarted[:] = True
-        self.slots[w].clear_flags = True
-        self._tidy(w)
-        result = self.result_of(w, copy)  # added as leftovers: the map stays columnar
-        result.reset_infos.add(None, {env: reset_infos[env] for env in result.env_ids})
-        result.infos.add(None, {env: {"restart_reason": reason} for env in result.env_ids})
-        return result
-
-
-class SharingChannel(StepChannel):
-    """The step channel of a sampler whose process serves some workers itself
-    (``Options.env_placement``, ``layout.parent_slots``): a wait for steps begins by running
-    those of them that are pending, here, while the worker processes step theirs; their
-    results are then read as any worker's. Those steps run in one interrupt-safe section: a
-    SIGINT that comes during them is raised once they are done, so a step is never half taken
-    (it is then finished and pending, and the next ``step_recv`` returns it). Chosen once by
-    the sampler: a sampler without such workers pays nothing for them."""
-
-    def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
-                 meter: Meter | None = None) -> None:
-        super().__init__(layout, buffers, pool, meter)
-        self._here = tuple(layout.parent_slots)
-        #: Every worker is served here ("parent"): a batch is done once this process stepped it.
-        self._all_here = len(self._here) == layout.num_slots
-
-    def collect(self, pending: list[int], timeout: float | None, deadline: Deadline,
-                copy: bool) -> Collected:
-        self._step_here(pending)
-        return super().collect(pending, timeout, deadline, copy)
-
-    def _wait_batch(self, end: float | None) -> bool:
-        self._step_here(None)  # a batch posted together: every worker is pending
-        if self._all_here:  # nothing left to wait for
-            return self._hs.all_done()
-        return super()._wait_batch(end)
-
-    def _step_here(self, pending: Collection[int] | None) -> None:
-        """Runs the posted steps of the workers served here that are in ``pending`` (None:
-        all); ``share_s`` counts the time, a part of ``wait_s``."""
-        served = self._pool.served
-        started = time.perf_counter()
-        signals.enter()
-        try:
-            for w in self._here:
-                if pending is None or w in pending:
-                    served[w].step()
-        finally:
-            self._timers["share_s"] += time.perf_counter() - started
-            signals.leave()  # a SIGINT that came during the steps is raised now
-        if self._states.closed:  # by another thread's close(), which waited for the steps
-            raise _closed_while_waiting()
-
-
-def _add_infos(schema: Schema, result: StepResult, records: list[InfoRecord] | None,
-               bits: tuple[int, int]) -> None:
-    """The step's infos: copies of the columns it wrote, plus the pickled rest."""
+def _add_infos(schema: Schema, result: StepResult, block: range,
+               records: list[InfoRecord] | None, bits: tuple[int, int]) -> None:
+    """The step's infos (a worker's, whose envs are ``block``): copies of the columns it
+    wrote, plus the pickled rest."""
     if not records and not any(bits):
         return
-    lo, hi = result.env_ids.start, result.env_ids.stop
+    lo, hi = block.start, block.stop
     left: dict[int, dict[str, object]] = {}
     left_reset: dict[int, dict[str, object]] = {}
     for j, info, reset_info in records or ():
@@ -555,7 +313,7 @@ def _add_infos(schema: Schema, result: StepResult, records: list[InfoRecord] | N
     result.reset_infos.add(reset, left_reset)
 
 
-def _closed_while_waiting() -> errors.ClosedError:
+def closed_while_waiting() -> errors.ClosedError:
     return errors.ClosedError("this VecSampler was closed (by another thread's close()) while "
                               "step_recv() waited; create a new one.")
 
@@ -566,4 +324,4 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return a if b is None else min(a, b)
 
 
-__all__ = ["Collected", "SharingChannel", "StepChannel"]
+__all__ = ["StepChannel", "closed_while_waiting"]

@@ -41,12 +41,12 @@
 #define INFO_STEP 11
 #define INFO_RESET 12
 #define PARENT_SLEEPING 0
+#define CLOSING 2
 #define SCHEMA 8
 #define BELL 12
 #define REPLY_PLAIN 0
 #define SPIN_BURST 20
 #define MAX_SLEEP_NS 50000000LL /* 50 ms */
-#define MAX_POLL_FDS 512
 #define BELL_MASK 0x7FFFFFFF
 
 static inline int64_t load(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -258,90 +258,94 @@ static void drain_ring(int fd) {
     }
 }
 
-/* wait(workers, need, deadline, fds) -> fired fds.
- *
- * Returns once ``need`` of ``workers`` (a sequence, or None: all) have finished their expected
- * step, one of ``fds`` (a worker process's death signal) is readable, or ``deadline``
- * (time.monotonic() seconds; None: never) has passed; the fired fds are returned (empty:
- * none fired). Spins for spin_s first (yielding the core between looks), then sleeps on the
- * doorbell pipe and the fds in slices of at most MAX_SLEEP, the GIL released throughout.
- */
-static PyObject *Parent_wait(Parent *self, PyObject *args) {
-    PyObject *workers, *deadline_o, *fds_o;
-    Py_ssize_t need;
-    if (!PyArg_ParseTuple(args, "OnOO", &workers, &need, &deadline_o, &fds_o)) return NULL;
-    Py_ssize_t list[self->n];
-    Py_ssize_t k = worker_list(self, workers, list);
-    if (k < 0) return NULL;
-    int64_t end;
-    if (deadline_arg(deadline_o, &end) < 0) return NULL;
-    PyObject *fds_seq = PySequence_Fast(fds_o, "fds must be a sequence of ints");
-    if (!fds_seq) return NULL;
-    Py_ssize_t nfd = PySequence_Fast_GET_SIZE(fds_seq);
-    if (nfd + 1 > MAX_POLL_FDS) {
-        Py_DECREF(fds_seq);
-        PyErr_Format(PyExc_ValueError, "at most %d fds", MAX_POLL_FDS - 1);
-        return NULL;
-    }
-    struct pollfd pfd[MAX_POLL_FDS];
-    pfd[0].fd = self->ring_fd;
-    pfd[0].events = POLLIN;
-    for (Py_ssize_t i = 0; i < nfd; i++) {
-        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(fds_seq, i));
-        if (fd == -1 && PyErr_Occurred()) {
-            Py_DECREF(fds_seq);
-            return NULL;
-        }
-        pfd[i + 1].fd = (int)fd;
-        pfd[i + 1].events = POLLIN;
-    }
-    Py_DECREF(fds_seq);
-    if (need > k) need = k;
-    int64_t *parent_sleeping = parent_word(&self->c, PARENT_SLEEPING);
-    int fired = 0, interrupted = 0;
+/* What one wait watches: the workers it counts, the fds it polls (the doorbell first, then the
+ * workers' death fds), and what it found. */
+typedef struct {
+    Py_ssize_t *list;
+    Py_ssize_t k;
+    struct pollfd *pfd;
+    Py_ssize_t nfd; /* death fds, after the doorbell at pfd[0] */
+    int fired;       /* a death fd polled readable */
+    int interrupted; /* 1: poll() got EINTR; 2: a Python signal handler raised */
+} Watch;
 
-    Py_BEGIN_ALLOW_THREADS
-    int64_t spin_end = now_ns() + self->spin_ns;
+/* Waits, the GIL released, until ``need`` of the watched workers are done, a death fd fires,
+ * the sampler is closing, or ``end`` (ns, CLOCK_MONOTONIC) passes: spins (yielding) until
+ * ``spin_end``, then sleeps on the doorbell and the death fds in slices of MAX_SLEEP, running
+ * Python's signal handlers between slices (the GIL taken for them). */
+static void wait_loop(Parent *self, Watch *w, Py_ssize_t need, int64_t end, int64_t spin_end) {
+    int64_t *parent_sleeping = parent_word(&self->c, PARENT_SLEEPING);
+    const int64_t *closing = parent_word(&self->c, CLOSING);
     if (spin_end > end) spin_end = end;
-    while (count_done(self, list, k) < need && now_ns() < spin_end) sched_yield();
-    while (count_done(self, list, k) < need) {
+    while (count_done(self, w->list, w->k) < need && now_ns() < spin_end && !load(closing))
+        sched_yield();
+    while (count_done(self, w->list, w->k) < need && !load(closing)) {
         int64_t t = now_ns();
         if (t >= end) break;
         store(parent_sleeping, 1);
         fence();
-        if (count_done(self, list, k) >= need) {
+        if (count_done(self, w->list, w->k) >= need) {
             store(parent_sleeping, 0);
             break;
         }
         int64_t slice = end - t < MAX_SLEEP_NS ? end - t : MAX_SLEEP_NS;
-        int got = poll(pfd, (nfds_t)(nfd + 1), (int)((slice + 999999) / 1000000));
+        int got = poll(w->pfd, (nfds_t)(w->nfd + 1), (int)((slice + 999999) / 1000000));
         store(parent_sleeping, 0);
         drain_ring(self->ring_fd);
-        for (Py_ssize_t i = 1; i <= nfd; i++) fired |= (pfd[i].revents != 0);
-        if (fired) break;
+        for (Py_ssize_t i = 1; i <= w->nfd; i++) w->fired |= (w->pfd[i].revents != 0);
+        if (w->fired) break;
         if (got < 0 && errno == EINTR) {
-            interrupted = 1; /* returns early: the caller looks again, after the handlers */
+            w->interrupted = 1; /* returns early: the caller looks again, after the handlers */
             break;
         }
         if (got == 0) { /* a slice ended: Python's signal handlers run before the next one */
-            Py_BLOCK_THREADS
+            PyGILState_STATE gil = PyGILState_Ensure();
             int raised = check_signals();
-            Py_UNBLOCK_THREADS
+            PyGILState_Release(gil);
             if (raised < 0) {
-                interrupted = 2;
+                w->interrupted = 2;
                 break;
             }
         }
     }
-    Py_END_ALLOW_THREADS
+}
 
-    if (interrupted == 2) return NULL;
-    if (interrupted == 1 && check_signals() < 0) return NULL;
+/* The fds of ``fds_o`` (a sequence of ints) after the doorbell, in a buffer the caller frees;
+ * NULL with an exception set on error. Any number of them (a poll() array on the heap). */
+static struct pollfd *poll_fds(Parent *self, PyObject *fds_o, Py_ssize_t *nfd) {
+    PyObject *seq = PySequence_Fast(fds_o, "fds must be a sequence of ints");
+    if (!seq) return NULL;
+    *nfd = PySequence_Fast_GET_SIZE(seq);
+    struct pollfd *pfd = PyMem_Malloc((size_t)(*nfd + 1) * sizeof(struct pollfd));
+    if (!pfd) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    pfd[0].fd = self->ring_fd;
+    pfd[0].events = POLLIN;
+    for (Py_ssize_t i = 0; i < *nfd; i++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (fd == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            PyMem_Free(pfd);
+            return NULL;
+        }
+        pfd[i + 1].fd = (int)fd;
+        pfd[i + 1].events = POLLIN;
+        pfd[i + 1].revents = 0;
+    }
+    Py_DECREF(seq);
+    return pfd;
+}
+
+/* The fds of ``w`` that fired, as a list of ints. */
+static PyObject *fired_fds(const Watch *w) {
     PyObject *out = PyList_New(0);
     if (!out) return NULL;
-    for (Py_ssize_t i = 1; fired && i <= nfd; i++) {
-        if (!pfd[i].revents) continue;
-        PyObject *fd = PyLong_FromLong(pfd[i].fd);
+    for (Py_ssize_t i = 1; w->fired && i <= w->nfd; i++) {
+        if (!w->pfd[i].revents) continue;
+        PyObject *fd = PyLong_FromLong(w->pfd[i].fd);
         if (!fd || PyList_Append(out, fd) < 0) {
             Py_XDECREF(fd);
             Py_DECREF(out);
@@ -350,6 +354,88 @@ static PyObject *Parent_wait(Parent *self, PyObject *args) {
         Py_DECREF(fd);
     }
     return out;
+}
+
+/* wait(workers, need, deadline, fds, window=None) -> fired fds.
+ *
+ * Returns once ``need`` of ``workers`` (a sequence, or None: every worker with a step in
+ * flight) have finished their expected step, one of ``fds`` (a worker process's death signal)
+ * is readable, ``deadline`` (time.monotonic() seconds; None: never) has passed, or the sampler
+ * is closing (its CLOSING word set by another thread's close(), which also rings the
+ * doorbell); the fired fds are returned (empty: none fired). With ``window`` (seconds), a
+ * partial batch: once ``need`` are done it goes on until every one of ``workers`` is done or
+ * ``window`` has passed since (still within ``deadline``). Spins for spin_s first (yielding
+ * the core between looks), then sleeps on the doorbell pipe and the fds in slices of at most
+ * MAX_SLEEP, the GIL released throughout. Any number of fds.
+ */
+static PyObject *Parent_wait(Parent *self, PyObject *args) {
+    PyObject *workers, *deadline_o, *fds_o, *window_o = Py_None;
+    Py_ssize_t need;
+    if (!PyArg_ParseTuple(args, "OnOO|O", &workers, &need, &deadline_o, &fds_o, &window_o))
+        return NULL;
+    Py_ssize_t *list = PyMem_Malloc((size_t)self->n * sizeof(Py_ssize_t));
+    if (!list) return PyErr_NoMemory();
+    Watch w = {list, 0, NULL, 0, 0, 0};
+    int64_t end, window = -1;
+    PyObject *out = NULL;
+    if (workers == Py_None) {
+        for (Py_ssize_t i = 0; i < self->n; i++)
+            if (self->expect[i] >= 0) list[w.k++] = i;
+    } else if ((w.k = worker_list(self, workers, list)) < 0) {
+        goto done;
+    }
+    if (deadline_arg(deadline_o, &end) < 0) goto done;
+    if (window_o != Py_None) {
+        double s = PyFloat_AsDouble(window_o);
+        if (s == -1.0 && PyErr_Occurred()) goto done;
+        window = s > 0 ? (int64_t)(s * 1e9) : 0;
+    }
+    if (!(w.pfd = poll_fds(self, fds_o, &w.nfd))) goto done;
+    if (need > w.k) need = w.k;
+
+    Py_BEGIN_ALLOW_THREADS
+    int64_t spin_end = now_ns() + self->spin_ns;
+    wait_loop(self, &w, need, end, spin_end);
+    if (window >= 0 && !w.fired && !w.interrupted && count_done(self, list, w.k) >= need &&
+        count_done(self, list, w.k) < w.k) {
+        int64_t t = now_ns(), until = t + window < end ? t + window : end;
+        wait_loop(self, &w, w.k, until, t + self->spin_ns);
+    }
+    Py_END_ALLOW_THREADS
+
+    if (w.interrupted == 2 || (w.interrupted == 1 && check_signals() < 0)) goto done;
+    out = fired_fds(&w);
+done:
+    PyMem_Free(w.pfd);
+    PyMem_Free(list);
+    return out;
+}
+
+/* post_many(workers): posts the next step to each (a sequence of ints), in one call. */
+static PyObject *Parent_post_many(Parent *self, PyObject *workers) {
+    Py_ssize_t *list = PyMem_Malloc((size_t)self->n * sizeof(Py_ssize_t));
+    if (!list) return PyErr_NoMemory();
+    Py_ssize_t k = worker_list(self, workers, list);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        Py_ssize_t w = list[i];
+        int64_t s = ++self->seq[w];
+        self->expect[w] = s;
+        store(self->c.words + w * CONTROL_WORDS + SEQ, s);
+    }
+    PyMem_Free(list);
+    if (k < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* received_many(workers): marks the step of each read, in one call. */
+static PyObject *Parent_received_many(Parent *self, PyObject *workers) {
+    Py_ssize_t *list = PyMem_Malloc((size_t)self->n * sizeof(Py_ssize_t));
+    if (!list) return PyErr_NoMemory();
+    Py_ssize_t k = worker_list(self, workers, list);
+    for (Py_ssize_t i = 0; i < k; i++) self->expect[list[i]] = -1;
+    PyMem_Free(list);
+    if (k < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
 /* summary() -> (all_plain, step_bits, reset_bits): over every worker with a finished step,
@@ -404,7 +490,10 @@ static PyMethodDef Parent_methods[] = {
     {"ready", (PyCFunction)Parent_ready, METH_O,
      "Those of the workers (None: all) whose expected step is finished."},
     {"wait", (PyCFunction)Parent_wait, METH_VARARGS,
-     "wait(workers, need, deadline, fds) -> fired fds (see the C source)."},
+     "wait(workers, need, deadline, fds, window=None) -> fired fds (see the C source)."},
+    {"post_many", (PyCFunction)Parent_post_many, METH_O, "Posts the next step to each worker."},
+    {"received_many", (PyCFunction)Parent_received_many, METH_O,
+     "Marks the step of each worker read."},
     {"summary", (PyCFunction)Parent_summary, METH_NOARGS,
      "(all plain, step info bits, reset info bits) of every worker's last reply."},
     {"received", (PyCFunction)Parent_received, METH_O,
@@ -682,6 +771,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         PyModule_AddIntConstant(m, "INFO_STEP", INFO_STEP) < 0 ||
         PyModule_AddIntConstant(m, "INFO_RESET", INFO_RESET) < 0 ||
         PyModule_AddIntConstant(m, "PARENT_SLEEPING", PARENT_SLEEPING) < 0 ||
+        PyModule_AddIntConstant(m, "CLOSING", CLOSING) < 0 ||
         PyModule_AddIntConstant(m, "SCHEMA", SCHEMA) < 0 ||
         PyModule_AddIntConstant(m, "BELL", BELL) < 0 ||
         PyModule_AddIntConstant(m, "MAX_SLEEP_MS", (int)(MAX_SLEEP_NS / 1000000)) < 0) {

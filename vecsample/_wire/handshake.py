@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Protocol
@@ -63,6 +63,7 @@ SLEEPING = 10  # worker -> parent: 1 while the worker blocks on its pipe
 INFO_STEP = 11  # worker -> parent: bitmask of the step-info columns this step wrote (infos.py)
 INFO_RESET = 12  # worker -> parent: the same for the infos of resets done by autoreset
 PARENT_SLEEPING = 0  # in the extra last row: 1 while the parent blocks on the doorbell pipe
+CLOSING = 2  # in the extra last row: set by a close() (any thread): every wait returns at once
 SCHEMA = 8  # in the extra last row, its own cache line: info columns published (infos.py)
 BELL = 12  # in the extra last row: the futex word that sleeping workers wait on (Bell)
 
@@ -408,7 +409,7 @@ class ParentSide:
     """The parent's end: posts steps, rings sleeping workers, waits for finished steps."""
 
     def __init__(self, control: np.ndarray, num_workers: int, ring_reader: Connection,
-                 spin_s: float, transport: Transport, pipes: Sequence[Ringable]) -> None:
+                 spin_s: float, transport: Transport, pipes: Mapping[int, Ringable]) -> None:
         self.words = control.reshape(-1).data
         self.sleeping = control[:num_workers, SLEEPING]  # a view: every worker's SLEEPING word
         self.seq_words = control[:num_workers, SEQ]  # a view: every worker's SEQ word
@@ -421,8 +422,8 @@ class ParentSide:
         os.set_blocking(self.ring_fd, False)
         self.spin_s = spin_s if transport.ordered else 0.0
         self.ordered = transport.ordered
-        #: Each worker's pipe, where a worker asleep on it is rung (the pool's list, which a
-        #: respawn updates in place).
+        #: Each worker process's pipe by slot, where a worker asleep on it is rung (the pool's
+        #: dict, which a respawn updates in place).
         self._pipes = pipes
         #: The futex that sleeping workers wait on (None: each sleeps on its pipe).
         self._bell = Bell(control) if transport.futex else None
@@ -461,6 +462,14 @@ class ParentSide:
                 with contextlib.suppress(OSError):
                     self._pipes[w].send_bytes(DOORBELL)
 
+    def closing(self, ring_writer: Connection) -> None:
+        """Another thread's ``close()`` has begun: every wait of this side returns at once
+        (the C wait reads the CLOSING word; a sleeping one is woken on the doorbell), so that
+        the call it serves ends with ClosedError now, not when the workers are gone."""
+        self.words[self.parent_sleeping - PARENT_SLEEPING + CLOSING] = 1
+        with contextlib.suppress(OSError):  # a full pipe already wakes it; a closed one: gone
+            os.write(ring_writer.fileno(), b"\xff\xff\xff\xff")  # no worker's index
+
     def commanded(self, workers: Sequence[int]) -> None:
         """After a command was sent on the pipe of each of ``workers``: a worker spinning for
         its next step sees its COMMANDS word move and reads its pipe; one asleep on the futex
@@ -476,6 +485,11 @@ class ParentSide:
             return bool(self.words[workers[0] * CONTROL_WORDS + SLEEPING])
         return bool(self.sleeping[list(workers) if not isinstance(workers, range) else
                                   slice(workers.start, workers.stop)].any())
+
+    def post_many(self, workers: Iterable[int]) -> None:
+        """``post`` for each of ``workers`` (in C, one call)."""
+        for w in workers:
+            self.post(w)
 
     def post_all(self) -> None:
         """Starts the next step on every worker: one vectorised write of the SEQ words."""
@@ -501,9 +515,12 @@ class ParentSide:
         self._batch = None
         self.rung.clear()
 
-    def ready(self, workers: Iterable[int]) -> list[int]:
-        """Those of ``workers`` whose expected step is finished (without waiting)."""
+    def ready(self, workers: Iterable[int] | None) -> list[int]:
+        """Those of ``workers`` (None: every worker with a step in flight) whose expected step
+        is finished (without waiting)."""
         words, expect = self.words, self.expect
+        if workers is None:
+            workers = [w for w, e in enumerate(expect) if e >= 0]
         if self.ordered:
             return [w for w in workers if words[w * CONTROL_WORDS + DONE] == expect[w]]
         return [w for w in workers
@@ -526,6 +543,22 @@ class ParentSide:
         reply: int = self.words[w * CONTROL_WORDS + REPLY]
         return reply
 
+    def finish_here(self, w: int, reply: int) -> None:
+        """The end of slot ``w``'s step, for a slot this process stepped itself
+        (``SharingChannel``): its control row as a worker's ``finish`` leaves it (no info
+        columns written), so that the waits and the full batch treat it as any slot's. The
+        same thread reads it next: no fence."""
+        base = w * CONTROL_WORDS
+        words = self.words
+        words[base + INFO_STEP] = words[base + INFO_RESET] = 0
+        words[base + REPLY] = reply
+        words[base + DONE] = words[base + SEQ]
+
+    def received_many(self, workers: Iterable[int]) -> None:
+        """``received`` for each of ``workers``, their reply kinds not read (in C, one call)."""
+        for w in workers:
+            self.received(w)
+
     def reset_worker(self, w: int) -> None:
         """Before a restart: nothing in flight, counters equal, so the new worker starts clean."""
         self._batch = None
@@ -547,6 +580,26 @@ class ParentSide:
         """``wait`` for every worker's step of the last ``post_all``: returns when all are
         done, a worker died or ``timeout`` passed; the dead workers."""
         return self._wait(self.all_done, timeout, deaths)
+
+    def wait_window(self, window: float, timeout: float | None,
+                    deaths: dict[int, list[int]]) -> list[int]:
+        """A partial batch's wait, over every worker with a step in flight: returns once one
+        finished and then every one did or ``window`` seconds passed since; or a worker died
+        or ``timeout`` passed first. The dead workers."""
+        flying = [w for w, e in enumerate(self.expect) if e >= 0]
+        end = None if timeout is None else time.monotonic() + timeout
+        dead = self._wait(lambda: bool(self.ready(flying)), timeout, deaths)
+        if dead or not self.ready(flying):
+            return dead
+        until = time.monotonic() + window
+        if end is not None:
+            until = min(until, end)
+        while len(self.ready(flying)) < len(flying) and not dead:
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            dead = self._wait(lambda: len(self.ready(flying)) == len(flying), left, deaths)
+        return dead
 
     def _wait(self, finished: Callable[[], bool], timeout: float | None,
               deaths: dict[int, list[int]]) -> list[int]:
@@ -601,7 +654,7 @@ class NativeParentSide(ParentSide):
     ``publish``) read the same control words."""
 
     def __init__(self, control: np.ndarray, num_workers: int, ring_reader: Connection,
-                 spin_s: float, transport: Transport, pipes: Sequence[Ringable]) -> None:
+                 spin_s: float, transport: Transport, pipes: Mapping[int, Ringable]) -> None:
         super().__init__(control, num_workers, ring_reader, spin_s, transport, pipes)
         assert _native is not None and transport.native, "the C path is not built"
         self._c = _native.Parent(control, num_workers, self.ring_fd, self.spin_s)
@@ -610,6 +663,8 @@ class NativeParentSide(ParentSide):
         self.received = self._c.received  # type: ignore[method-assign]
         self.received_all = self._c.received_all  # type: ignore[method-assign]
         self.reset_worker = self._c.reset_worker  # type: ignore[method-assign]
+        self.post_many = self._c.post_many  # type: ignore[method-assign]
+        self.received_many = self._c.received_many  # type: ignore[method-assign]
         self._n = num_workers
 
     def ring(self, workers: Sequence[int]) -> None:
@@ -622,7 +677,7 @@ class NativeParentSide(ParentSide):
             self._commands[w] += 1
         self._c.wake(workers)  # fences first: a worker asleep on the futex reads its pipe
 
-    def ready(self, workers: Iterable[int]) -> list[int]:
+    def ready(self, workers: Iterable[int] | None) -> list[int]:
         ready: list[int] = self._c.ready(workers)
         return ready
 
@@ -638,6 +693,12 @@ class NativeParentSide(ParentSide):
 
     def wait_all(self, timeout: float | None, deaths: dict[int, list[int]]) -> list[int]:
         return self._native_wait(None, self._n, timeout, deaths)
+
+    def wait_window(self, window: float, timeout: float | None,
+                    deaths: dict[int, list[int]]) -> list[int]:
+        end = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        fired: list[int] = self._c.wait(None, 1, end, list(deaths), window)
+        return [w for fd in fired for w in deaths[fd]]
 
     def _native_wait(self, workers: Collection[int] | None, need: int, timeout: float | None,
                      deaths: dict[int, list[int]]) -> list[int]:
@@ -684,7 +745,8 @@ class NativeWaiter:
 
 
 def parent_side(transport: Transport, control: np.ndarray, num_workers: int,
-                ring_reader: Connection, spin_s: float, pipes: Sequence[Ringable]) -> ParentSide:
+                ring_reader: Connection, spin_s: float,
+                pipes: Mapping[int, Ringable]) -> ParentSide:
     """The parent's end of the handshake that ``transport`` says (the C one, or Python's).
     ``pipes``: each worker's pipe, for the rings of workers asleep on theirs."""
     side = NativeParentSide if transport.native else ParentSide

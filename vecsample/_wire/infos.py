@@ -252,8 +252,9 @@ class InfoWriter:
         return bits
 
 
-#: One worker's columns of one step: (column, values copy, presence copy), per column written.
-Block = tuple[int, list[tuple[Column, np.ndarray, np.ndarray]]]
+#: Columns of one step: the env id of the first row (rows follow in order) or of every row (a
+#: partial batch's gathered rows), and (column, values copy, presence copy) per column written.
+Block = tuple["int | np.ndarray", list[tuple[Column, np.ndarray, np.ndarray]]]
 
 
 def read_block(schema: Schema, table: int, lo: int, hi: int, bits: int) -> Block:
@@ -289,6 +290,27 @@ def read_batch(schema: Schema, table: int, bits: np.ndarray, sizes: np.ndarray) 
         out.append((schema.columns[index], column, shown))
         union ^= low
     return 0, out
+
+
+def read_rows(schema: Schema, table: int, bits: np.ndarray, rows: np.ndarray,
+              sizes: np.ndarray) -> Block:
+    """``read_batch`` for some workers' blocks, gathered: ``rows`` are the env ids of their
+    blocks one after another (``sizes`` rows each, one bitmask each in ``bits``)."""
+    values, present = schema.values[table], schema.present[table]
+    union = int(np.bitwise_or.reduce(bits))
+    out = []
+    while union:
+        low = union & -union
+        index = low.bit_length() - 1
+        shown, column = present[rows, index], values[index][rows]  # gathered: copies
+        wrote = (bits & low).astype(bool)
+        if not wrote.all():  # the stale rows of the workers that did not write it this step
+            stale = ~np.repeat(wrote, sizes)
+            shown[stale] = False
+            column[stale] = 0
+        out.append((schema.columns[index], column, shown))
+        union ^= low
+    return rows, out
 
 
 class InfoMap(MutableMapping[int, dict[str, Any]]):
@@ -354,11 +376,12 @@ class InfoMap(MutableMapping[int, dict[str, Any]]):
 def _materialize(blocks: list[Block], left: dict[int, dict[str, Any]],
                  ) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
-    for lo, columns in blocks:
+    for first, columns in blocks:
         for column, values, present in columns:
             idx = np.flatnonzero(present)
-            for i, value in zip(idx.tolist(), column.python(values, idx), strict=True):
-                out.setdefault(lo + i, {})[column.key] = value
+            envs = (idx + first if isinstance(first, int) else first[idx]).tolist()
+            for env, value in zip(envs, column.python(values, idx), strict=True):
+                out.setdefault(env, {})[column.key] = value
     for env, info in left.items():
         out.setdefault(env, {}).update(info)
     return dict(sorted(out.items()))

@@ -21,8 +21,12 @@ reply, and its actions in one pickled message the parent sends right after posti
 from __future__ import annotations
 
 import numbers
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from vecsample import errors
@@ -126,6 +130,19 @@ class WorkerStates:
                                            requested=to.value)
         current[:] = [to] * len(current)
 
+    def set_many(self, workers: Sequence[int], frm: WorkerState, to: WorkerState) -> None:
+        """Moves each of ``workers`` from ``frm`` to ``to``: one check of the move, one C-level
+        look at their states, and the writes in C (nothing per worker in Python), for a batch
+        of them. A worker not in ``frm`` raises ProtocolError before anything moves."""
+        current = self.current
+        if not workers:
+            return
+        got = (current[workers[0]],) if len(workers) == 1 else itemgetter(*workers)(current)
+        if to not in TRANSITIONS[frm] or got.count(frm) != len(workers):
+            w = next((w for w in workers if current[w] is not frm), workers[0])
+            raise errors.ProtocolError(worker=w, current=current[w].value, requested=to.value)
+        deque(map(current.__setitem__, workers, repeat(to, len(workers))), maxlen=0)
+
     def close_all(self) -> None:
         self.closed = True
         for w in range(len(self.current)):
@@ -140,6 +157,9 @@ class WorkerStates:
 
     def all_stepping(self) -> bool:
         return self.current.count(WorkerState.STEPPING) == len(self.current)
+
+    def any_stepping(self) -> bool:
+        return WorkerState.STEPPING in self.current  # one C-level scan
 
     def expect_idle(self, w: int, call: str) -> None:
         """Raises unless worker ``w`` can take ``call`` now (restart heals lost ones first)."""

@@ -10,7 +10,7 @@ that is not a gymnasium Space at all is refused, with ``UnsupportedSpaceError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import singledispatch
 from typing import Any
@@ -129,6 +129,16 @@ def index_tree(tree: Any, index: Any) -> Any:
     return tree[index]
 
 
+def concat_trees(trees: Sequence[Any]) -> Any:
+    """The arrays of several nested dict/tuple structures of one shape, joined along rows."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: concat_trees([t[k] for t in trees]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(concat_trees([t[i] for t in trees]) for i in range(len(first)))
+    return np.concatenate(trees)
+
+
 def copy_tree(tree: Any) -> Any:
     """A deep copy of a nested dict/tuple of arrays."""
     if isinstance(tree, dict):
@@ -190,17 +200,29 @@ class ActionWriter:
 
     def write(self, actions: Actions, views: list[np.ndarray], batch: int) -> None:
         """Checks ``actions`` (``batch`` rows, nested like the space) and writes ``views``."""
-        if self._bare:  # the common case: one leaf, no Dict/Tuple to take apart
-            parts = [check_action_leaf(self._leaves[0], actions, batch, self._bounds[0])]
-        else:
-            parts = [check_action_leaf(leaf, part, batch, bounds) for leaf, part, bounds
-                     in zip(self._leaves, flatten(self._space, actions), self._bounds,
-                            strict=True)]
-        for view, part in zip(views, parts, strict=True):
+        for view, part in zip(views, self._checked(actions, batch), strict=True):
             if view.dtype == object:
                 view[:] = part  # a pickled leaf: one object per env, no casting
             else:
                 np.copyto(view, part, casting="same_kind")
+
+    def write_rows(self, actions: Actions, views: list[np.ndarray], rows: np.ndarray) -> None:
+        """Checks ``actions`` (``len(rows)`` rows, nested like the space) and writes them to
+        ``rows`` of ``views`` (every env's leaves), in that order: one scatter per leaf."""
+        for view, part in zip(views, self._checked(actions, len(rows)), strict=True):
+            if view.dtype == object:
+                view[rows] = part
+            else:
+                view[rows] = np.asarray(part).astype(view.dtype, casting="same_kind",
+                                                     copy=False)
+
+    def _checked(self, actions: Actions, batch: int) -> list[np.ndarray]:
+        """``actions`` checked, one array per leaf of the space (every leaf before any is
+        written)."""
+        if self._bare:  # the common case: one leaf, no Dict/Tuple to take apart
+            return [check_action_leaf(self._leaves[0], actions, batch, self._bounds[0])]
+        return [check_action_leaf(leaf, part, batch, bounds) for leaf, part, bounds
+                in zip(self._leaves, flatten(self._space, actions), self._bounds, strict=True)]
 
 
 def _object_batch(leaf: Leaf, value: Any, batch: int,

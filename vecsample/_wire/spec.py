@@ -8,7 +8,7 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import cloudpickle
 from gymnasium import error as gym_error
@@ -29,8 +29,10 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class EntryPoint:
     """A function named by its module and its name, imported where it is called. The parent
-    starts its worker processes with one, so that its code names the worker's entry point
-    without importing the worker's code: each process imports only its own side."""
+    starts its worker processes with one, so that its code names the worker process's main
+    without importing it: a child process imports its own side by that name. (The trainer's
+    process runs the worker's code for the blocks it steps itself through one plain import,
+    the door ``vecsample/inprocess.py``.)"""
 
     module: str
     function: str
@@ -41,46 +43,6 @@ class EntryPoint:
 
 #: What every worker process runs: ``worker_main(specs, conns)``.
 WORKER_MAIN = EntryPoint("vecsample._worker.main", "worker_main")
-#: A worker that the trainer's own process serves (``Options.env_placement``):
-#: ``ServedInParent(spec, reply)``, an ``InParent``. The worker's code runs in the parent's
-#: process then, by design; its module is still named here, never imported by the parent's.
-IN_PARENT = EntryPoint("vecsample.inprocess", "ServedInParent")
-#: What "auto" placement times: ``time_block(envs, mode, spaces, seeds, budget)``, the median
-#: seconds of one step of a block stepped here by the worker's own loop (``inprocess.py``).
-TIME_BLOCK = EntryPoint("vecsample.inprocess", "time_block")
-
-
-class PipeEnd(Protocol):
-    """The parent's end of a worker's pipe, as the pool and the step channel use it: a
-    ``multiprocessing`` Connection, or the stand-in of a worker served in the parent's own
-    process (``_parent/inparent.py``)."""
-
-    def send_bytes(self, buf: bytes) -> None: ...
-
-    def recv_bytes(self) -> bytes: ...
-
-    def poll(self, timeout: float | None = ...) -> bool: ...
-
-    def fileno(self) -> int: ...
-
-    def close(self) -> None: ...
-
-
-class InParent(Protocol):
-    """What the parent sees of a worker it serves itself (``IN_PARENT``): it builds its block
-    (replying READY or its error, as a process does), takes what the parent sends on its pipe
-    (a command runs at once; a step's pickled actions wait for the step), runs a posted step
-    when asked, and closes its envs."""
-
-    closed: bool
-
-    def build(self) -> None: ...
-
-    def deliver(self, message: bytes) -> None: ...
-
-    def step(self) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class Pickled(Generic[T]):
@@ -148,10 +110,11 @@ class WorkerSpec:
     pdeathsig: bool = True
     # Under fork the child inherits the parent's ends of the other workers' pipes; it closes
     # them so a worker sees EOF as soon as the parent is gone.
-    inherited_conns: Sequence[PipeEnd] = field(default_factory=list)
+    inherited_conns: Sequence[Connection] = field(default_factory=list)
     #: Seconds to poll for the next step or command before sleeping (handshake.WorkerSide).
     spin_s: float = 0.0
-    #: The write end of the parent's doorbell pipe (handshake.py); None only in unit tests.
+    #: The write end of the parent's doorbell pipe (handshake.py); None for a block that the
+    #: trainer's process steps itself (no handshake), and in unit tests.
     ring_writer: Connection | None = None
     #: How the handshake runs, as the parent decided it (``Layout.transport``): the worker
     #: builds its waiter and its sides from it (``handshake.waiter``).

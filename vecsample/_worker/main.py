@@ -1,21 +1,20 @@
 """The worker process: build the envs, then serve commands until CLOSE or the parent is gone.
 
-A worker steps its block (``step_loop.StepLoop``), chosen once: its own envs (``env_block.py``)
-or one hosted vector env (``hosted_block.py``). Each command is a method of the block. STEP
-reads actions from shared memory, steps the block, which writes its rows of shared memory, and
-answers with one byte (or the infos, when there are any). An exception in an env is answered
-with the env index and the traceback text; the worker itself keeps serving.
+A worker steps its block (``runner.BlockRunner``: its own envs or one hosted vector env),
+chosen once. Each command is a method of the block. STEP reads actions from shared memory,
+steps the block, which writes its rows of shared memory, and publishes the end of the step on
+the handshake (with the infos that do not fit in their columns on its pipe). An exception in an
+env is answered with the env index and the traceback text; the worker itself keeps serving.
 
-The same worker runs in the trainer's own process for the blocks it steps itself
-(``Options.env_placement``): ``ServedInParent`` takes what the parent sends on the worker's
-pipe and runs a posted step when the parent's wait begins, with no process around it.
+This module is the worker *process*: its settings, its handshake and its pipe. The trainer's
+own process runs the same ``BlockRunner`` for the blocks it steps itself, with none of these,
+through ``vecsample/inprocess.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib
 import multiprocessing.forkserver
 import os
 import pickle
@@ -24,26 +23,18 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
-
-import gymnasium as gym
-from gymnasium.envs.registration import EnvSpec
 
 from vecsample._wire import handshake
 from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
 from vecsample._wire.infos import InfoRecord, InfoWriter, Signature
 from vecsample._wire.protocol import OK_MESSAGE, Command, ErrorReport, Reply
-from vecsample._wire.shm import Lane, Views
+from vecsample._wire.shm import Lane
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker import rows
-from vecsample._worker.env_block import EnvBlock
-from vecsample._worker.hosted_block import HostedBlock
-from vecsample._worker.step_loop import Cursor, StepLoop
-from vecsample.errors import EnvFactoryError, FactoryImportError
-from vecsample.types import AutoresetMode
+from vecsample._worker.runner import BlockRunner
 
 #: How often the watchdog thread checks that the parent is still alive (seconds).
 WATCHDOG_PERIOD = 0.2
@@ -61,16 +52,13 @@ def worker_main(specs: Sequence[WorkerSpec], conns: Sequence[Connection]) -> Non
         serve(workers)
     else:
         for worker in workers:
-            worker._close_envs()
+            worker.close_envs()
 
 
 def serve(workers: Sequence[_Worker]) -> None:
     """Runs the posted steps and the commands of ``workers`` (one process's slots) until each
     got CLOSE or the parent is gone."""
-    sides: list[WorkerSide] = []
-    for worker in workers:  # slot i of the Waiter is workers[i]
-        assert worker.side is not None  # only local_step builds one without a pipe; it never serves
-        sides.append(worker.side)
+    sides = [worker.side for worker in workers]  # slot i of the waiter is workers[i]
     # The parent's choice of transport, made once, applies to both ends.
     waiter = handshake.waiter(workers[0].spec.transport, sides)
     while waiter.live:
@@ -80,114 +68,11 @@ def serve(workers: Sequence[_Worker]) -> None:
             break  # the parent is gone: exit quietly
         worker = workers[slot]
         if message is None:
-            worker._step_posted()
+            worker.step_posted()
         elif not worker.handle(message):  # CLOSE
             waiter.close(slot)
     for worker in workers:
-        worker._close_envs()
-
-
-class _NoParent:
-    """The pipe of a worker run in the parent's own process: keeps the last message."""
-
-    last: bytes = b""
-
-    def send_bytes(self, message: bytes) -> None:
-        self.last = message
-
-
-def local_step(spec: WorkerSpec, seeds: Sequence[int | None],
-               ) -> tuple[Callable[[], object], Callable[[], None]]:
-    """Builds and resets (with ``seeds``) ``spec``'s envs in this process and returns the
-    worker's step: the same loop, with no process, pipe or handshake around it (``vecsample
-    bench`` times it against a bare loop), and what closes the envs. The actions are read from
-    ``spec.buffers``."""
-    pipe = _NoParent()
-    worker = _Worker(spec, pipe)  # type: ignore[arg-type]  # only send_bytes is used
-    if not worker.build():
-        worker._close_envs()
-        report: ErrorReport = pickle.loads(pipe.last)[1]
-        raise EnvFactoryError(f"env {report.env} could not be built in this process: "
-                              f"{report.exc_type}: {report.message}; check its factory.")
-    block = worker.block
-    block.reset((list(seeds), None, None))
-    if spec.autoreset_mode is not AutoresetMode.DISABLED:
-        return worker._step, worker._close_envs
-
-    def step_and_reset() -> None:  # DISABLED freezes ended envs: reset them, as its users do
-        worker._step()
-        if block.ended.any():
-            block.reset(([None] * worker.count, None, block.ended.copy()))
-
-    return step_and_reset, worker._close_envs
-
-
-class _InParentPipe:
-    """The worker's end of its pipe when the trainer's process serves it (``ServedInParent``):
-    its replies go straight to the parent's end; a step's pickled actions wait here."""
-
-    def __init__(self, reply: Callable[[bytes], None]) -> None:
-        self.send_bytes = reply
-        self.actions: deque[bytes] = deque()
-
-    def recv_bytes(self) -> bytes:
-        return self.actions.popleft()
-
-
-class ServedInParent:
-    """A worker of the step API that the trainer's own process serves (``Options.env_placement``,
-    an ``InParent`` of ``_wire/spec.py``): the worker's code (its block, its side of the
-    handshake, its replies and errors) with no process around it, so that results, infos,
-    modes, seeds and restarts stay one code path. What the parent sends on the worker's pipe
-    comes to ``deliver``: a command runs at once, a step's pickled actions wait for its step;
-    ``step`` runs a posted step (the parent's wait for steps begins with it); the replies go to
-    ``reply``, the parent's end of the pipe (``_parent/inparent.py``)."""
-
-    def __init__(self, spec: WorkerSpec, reply: Callable[[bytes], None]) -> None:
-        self._pipe = _InParentPipe(reply)
-        self._worker = _Worker(spec, self._pipe)  # type: ignore[arg-type]  # its two methods
-        # Envs are not thread-safe: a close() from another thread waits for the step or command
-        # under way. Reentrant: the SIGTERM handler (signals.py) closes the samplers from
-        # whatever this thread was doing, and the process then dies of the signal.
-        self._lock = threading.RLock()
-        self.closed = False
-
-    def build(self) -> None:
-        """Builds the block and replies READY, or its error (its envs then closed)."""
-        with self._lock:
-            if not self._worker.build():
-                self._close()
-
-    def deliver(self, message: bytes) -> None:
-        """A message the parent sent on the worker's pipe. OSError: the worker is closed, as a
-        dead process's pipe is."""
-        with self._lock:
-            if self.closed:
-                raise BrokenPipeError("this worker, served in the parent's process, is closed")
-            if message == DOORBELL:
-                return
-            side = self._worker.side
-            assert side is not None
-            if self._worker.action_lane and side.waiting():  # the posted step's pickled
-                self._pipe.actions.append(message)  # actions (``StepChannel.ring``)
-            elif not self._worker.handle(message):  # CLOSE
-                self._close()
-
-    def step(self) -> None:
-        """Runs the step posted to this worker, if one is posted and not yet run."""
-        with self._lock:
-            side = self._worker.side
-            if not self.closed and side is not None and side.posted():
-                self._worker._step_posted()
-
-    def close(self) -> None:
-        with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._worker._close_envs()
+        worker.close_envs()
 
 
 # --- process settings ---------------------------------------------------------------------------
@@ -269,34 +154,23 @@ def _limit_threads(n: int) -> None:
 
 
 class _Worker:
-    """One slot of a worker process: its handshake side, its pipe and its block of envs."""
+    """One slot of a worker process: its block (``BlockRunner``), its handshake side and its
+    pipe."""
 
     def __init__(self, spec: WorkerSpec, conn: Connection) -> None:
         self.spec = spec
         self.conn = conn
-        lo = spec.env_offset
+        self.runner = BlockRunner(spec)
         self.count = spec.count
-        self.views: Views = spec.buffers.views(lo, lo + self.count)
-        self.stats = spec.buffers.stats()[spec.index]
-        self.cursor = Cursor()  # the env that is running, named by an error
-        # What the worker steps, chosen once: a hosted vector env or its own envs. The commands
-        # other than STEP and CLOSE go to the block's methods.
-        self.block: StepLoop = (EnvBlock(spec, self.views, self.cursor) if spec.hosted is None
-                                else HostedBlock(spec, spec.hosted, self.views))
-        block = self.block
-        self.handlers: dict[Command, Callable[[Any], Any]] = {
-            Command.RESET: block.reset, Command.RESET_TASK: block.reset_task,
-            Command.CALL: block.call, Command.GET_ATTR: block.get_attr,
-            Command.SET_ATTR: block.set_attr}
         self.side = self._side()
+        lo = spec.env_offset
         self.infos = InfoWriter(spec.buffers.infos, lo, lo + self.count)
         buffers = spec.buffers  # pickled leaves travel on the pipe (shm.SharedBuffers.lane)
         self.obs_lane = any(not leaf.shared for leaf in buffers.obs_leaves)
         self.action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
 
-    def _side(self) -> WorkerSide | None:
-        if self.spec.ring_writer is None:
-            return None
+    def _side(self) -> WorkerSide:
+        assert self.spec.ring_writer is not None, "a worker process has the parent's doorbell"
         ring_fd = self.spec.ring_writer.fileno()
         # A full doorbell pipe already wakes the parent: a ring must never block a worker.
         os.set_blocking(ring_fd, False)
@@ -306,28 +180,22 @@ class _Worker:
 
     def build(self) -> bool:
         try:
-            carried = self.spec.registrations
-            if carried is not None:  # spawn, forkserver: before the factories need them
-                _register_missing(carried.load(), carried.context)
-            self.block.build()
-        except KeyboardInterrupt:
-            raise  # the user's: only a worker served in the trainer's process gets one
-        except BaseException:
+            self.runner.build()
+        except BaseException:  # reported to the parent, which raises it
             self._send_error("BUILD")
             return False
         self.conn.send_bytes(pickle.dumps((Reply.READY, None)))
         return True
 
-    def _step_posted(self) -> None:
+    def step_posted(self) -> None:
         """A step posted through shared memory: step, publish, then send what did not fit in
         shared memory (infos of other types, pickled leaves, new info keys), if anything."""
-        assert self.side is not None
         bits, picked_up = (0, 0), time.perf_counter()
         try:
             if self.action_lane:
                 _receive_actions(self.conn, self.spec)
             self.infos.sync(self.side.published())
-            records = self._step()
+            records = self.runner.step()
             candidates: dict[str, Signature] = {}
             if records:
                 records, candidates, *written = self._write_infos(records)
@@ -342,7 +210,8 @@ class _Worker:
             self._send_error("STEP")
             return
         self.side.info_bits(*bits)
-        self.stats[2], self.stats[3] = picked_up, time.perf_counter()  # before it is published
+        stats = self.runner.stats
+        stats[2], stats[3] = picked_up, time.perf_counter()  # before it is published
         self.side.finish(REPLY_PLAIN if message is None else REPLY_MESSAGE)
         if message is not None:
             # Sent after the step is published: a large pickle may need the parent reading.
@@ -358,62 +227,37 @@ class _Worker:
             found = rows.first_bad_info(records)
             if found is None:
                 raise
-            self.cursor.env, error = found
+            self.runner.cursor.env, error = found
             raise error from None
 
     def handle(self, message: bytes) -> bool:
         """Runs the command that ``message`` carries and sends its reply; False for CLOSE,
-        which it leaves to the caller (the process closes the slot, the parent's stand-in its
-        envs)."""
+        which it leaves to the caller (the process closes the slot)."""
         command, payload = pickle.loads(message)
         if command is Command.CLOSE:
             return False
-        self._run(command, self.handlers[command], payload)
-        return True
-
-    def _run(self, command: Command, handler: Callable[[Any], Any], payload: Any) -> None:
         try:
-            result = handler(payload)
+            result = self.runner.run(command, payload)
         except Exception:
             self._send_error(command.name)
-            return
+            return True
         if result is None:
             self.conn.send_bytes(OK_MESSAGE)
-            return
+            return True
         try:
-            message = pickle.dumps((Reply.OK, result), pickle.HIGHEST_PROTOCOL)
+            reply = pickle.dumps((Reply.OK, result), pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # the reply, not the env, is at fault: the worker goes on
-            message = pickle.dumps((Reply.ERROR, _reply_error(command, payload, exc)))
-        self.conn.send_bytes(message)
+            reply = pickle.dumps((Reply.ERROR, _reply_error(command, payload, exc)))
+        self.conn.send_bytes(reply)
+        return True
 
     def _send_error(self, command: str) -> None:
-        exc_type, exc, _ = sys.exc_info()
-        j = self.cursor.env
-        env = None if j is None else self.spec.env_offset + j
-        report = ErrorReport(
-            env=env,
-            command=command,
-            exc_type=getattr(exc_type, "__name__", "Exception"),
-            message=str(exc),
-            traceback=traceback.format_exc(),
-        )
-        self.cursor.env = None
+        report = self.runner.report(command)
         with contextlib.suppress(OSError, ValueError):  # the parent is gone: nothing to tell
             self.conn.send_bytes(pickle.dumps((Reply.ERROR, report)))
 
-    def _close_envs(self) -> None:
-        with contextlib.suppress(Exception):  # the env block closes each env on its own
-            self.block.close()
-
-    # --- step ------------------------------------------------------------------------------------
-
-    def _step(self) -> list[InfoRecord] | None:
-        start = time.perf_counter()
-        records: list[InfoRecord] = []
-        self.block.step(records)
-        self.stats[0] += time.perf_counter() - start
-        self.stats[1] += self.count
-        return records if (records and self.spec.infos) else None
+    def close_envs(self) -> None:
+        self.runner.close()
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -426,26 +270,6 @@ def _dumps_step(records: list[InfoRecord] | None, lane: Lane | None,
     except Exception as exc:
         what = "infos" if lane is None else "infos or observations"
         raise TypeError(f"the step's {what} cannot be pickled to the parent: {exc}") from exc
-
-
-def _register_missing(specs: Sequence[EnvSpec], context: str) -> None:
-    """Registers the parent's registrations (``specs``) of the env ids this process lacks:
-    those made under the main script's guard, which a spawn or forkserver worker does not run.
-    The modules of string entry points are imported first, as ``gymnasium.make`` would: one may
-    register the id itself, which is then left as it is (no registration is overridden)."""
-    for spec in specs:
-        for point in (spec.entry_point, spec.vector_entry_point):
-            if spec.id in gym.registry or not (isinstance(point, str) and ":" in point):
-                continue
-            module = point.split(":")[0]
-            try:
-                importlib.import_module(module)
-            except ImportError as exc:
-                raise FactoryImportError(module=exc.name or module, context=context,
-                                         error=f"{type(exc).__name__}: {exc}",
-                                         what=f"the registration of {spec.id!r}") from exc
-        if spec.id not in gym.registry:
-            gym.registry[spec.id] = spec
 
 
 def _receive_actions(conn: Connection, spec: WorkerSpec) -> None:

@@ -631,7 +631,7 @@ class _Rollout:
         """Appends the step of every env that was active, retires those that ended.
 
         Returns the worker, idle again."""
-        ids, worker = result.env_ids, result.worker
+        ids, worker = result.block, result.worker
         if worker is None:
             raise errors.PendingCallError("step_recv returned a result without its worker.")
         del self.sent_at[worker]
