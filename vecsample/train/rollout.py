@@ -241,7 +241,10 @@ class Rollout:
         self._started = False
         self._returns, self._lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, np.int64)
         self._pos = np.zeros(self.num_envs, dtype=np.int64)
-        self._in_flight: set[int] = set()
+        #: Each worker's first env and block size: a partial batch's rows, worker by worker.
+        blocks = [self.sampler.worker_env_ids(w) for w in range(self.sampler.num_slots)]
+        self._first = np.array([b.start for b in blocks], dtype=np.int64)
+        self._sizes = np.array([len(b) for b in blocks], dtype=np.int64)
         self._unfinished = False  # a collect raised (Ctrl-C): the next one recovers first
 
     # --- construction ----------------------------------------------------------------------------
@@ -336,29 +339,57 @@ class Rollout:
         with self.timer.phase("copy"):
             self.batch.obs[0].copy_(self.batch.next_obs)
         self._pos[:] = 0
-        ready = list(range(self.sampler.num_slots))
-        while ready or self._in_flight:
-            if ready:
-                self._act_and_send(ready)
-            results = self.sampler.step_recv(self.timeout)
-            ready = [w for w in map(self._record, results) if w is not None]
+        if self.timeout is None:
+            self._collect_full()
+        else:
+            self._collect_partial(self.timeout)
         self._unfinished = False
         return self.batch
 
+    def _collect_full(self) -> None:
+        """Full batches: every env's step ``t`` at once, as a hand-written loop over
+        ``VecSampler.step`` does (one result, one copy per field a step)."""
+        every = slice(None)
+        for t in range(self.num_steps):
+            actions = self._act_on(self.batch.obs[t], (t, every))
+            self._record(self.sampler.step(actions), t, every)
+
+    def _collect_partial(self, window: float) -> None:
+        """Partial batches: each worker gets its next actions as soon as its step arrives
+        (with the others done within ``window``), in one call for all of them
+        (``recv_batch(window)``, ``step_send_many``); each env keeps its own position."""
+        self.sampler.send_all(self._act_on(self.batch.obs[0], (0, slice(None))))
+        flying = self.sampler.num_slots
+        while flying:
+            r = self.sampler.recv_batch(window)
+            assert r.workers is not None and isinstance(r.env_ids, np.ndarray)
+            flying -= len(r.workers)
+            ids = r.env_ids
+            t = self._pos[ids]
+            self._record(r, torch.from_numpy(t), torch.from_numpy(ids))
+            more = self._pos[self._first[r.workers]] < self.num_steps  # per worker
+            if not more.any():
+                continue
+            rows = np.repeat(more, self._sizes[r.workers])
+            obs = torch.from_numpy(np.asarray(r.obs, dtype=np.float32)[rows])
+            actions = self._act_on(obs, (torch.from_numpy(t[rows] + 1),
+                                         torch.from_numpy(ids[rows])))
+            self.sampler.step_send_many(r.workers[more], actions)
+            flying += int(more.sum())
+
     def _recover(self) -> None:
         """After a collect that raised: takes back every step the sampler still has in flight
-        (the sampler, not ``_in_flight``, knows: an interrupt may fall between a send and its
-        bookkeeping), then makes every env's current observation the next rollout's start."""
+        (the sampler knows: an interrupt may fall between a send and its bookkeeping), then
+        makes every env's current observation the next rollout's start."""
         while True:
             try:
                 results = self.sampler.step_recv(None)
             except errors.NoPendingError:  # nothing in flight any more
                 break
             for r in results:  # the envs stepped: their rewards still count
-                self._track_episodes(r, r.env_ids.start)
+                self._track_episodes(r, np.arange(r.block.start, r.block.stop))
                 self.global_step += len(r.rewards)
                 self.timer.add_steps(len(r.rewards))
-        self._in_flight.clear()
         if self._started:
             with self.timer.phase("copy"):
                 current = np.asarray(self.sampler.batch().obs)  # every env, as it is now
@@ -371,76 +402,54 @@ class Rollout:
             self.batch.next_obs.copy_(torch.from_numpy(np.asarray(obs)))
         self._started = True
 
-    def _rows(self, workers: list[int]) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
-        """The observations of ``workers``' envs at their positions, as one batch.
-
-        ``workers`` must be in env order (``_act_and_send`` sorts them): the spans then follow
-        the rows of the full-batch shortcut below, whatever order the replies arrived in.
-        """
-        spans = []
-        for w in workers:
-            ids = self.sampler.worker_env_ids(w)
-            spans.append((int(self._pos[ids.start]), ids.start, ids.stop))
-        t0 = spans[0][0]
-        if len(workers) == self.sampler.num_slots and all(t == t0 for t, _, _ in spans):
-            return self.batch.obs[t0], spans  # a full batch: the storage row itself, no copy
-        return torch.cat([self.batch.obs[t, lo:hi] for t, lo, hi in spans]), spans
-
-    def _act_and_send(self, workers: list[int]) -> None:
-        workers = sorted(workers)  # replies arrive in any order; storage rows are in env order
-        obs, spans = self._rows(workers)
+    def _act_on(self, obs: torch.Tensor, at: tuple[Any, Any]) -> np.ndarray:
+        """The policy's actions for ``obs`` (rows of the batch), stored with its extras at
+        ``at`` (a row of time and the envs: a row and a slice, or index tensors), clipped for
+        the envs where that is asked."""
         with self.timer.phase("inference"):
             out = self._call_act(obs.to(self.rollout_device, non_blocking=obs.is_pinned()))
             actions = out["actions"].cpu().numpy()
         with self.timer.phase("copy"):
-            self._store(out, spans)
+            for name, value in out.items():
+                store = self.batch.actions if name == "actions" else self.batch.extras[name]
+                store[at] = value.to(store.device)
             if self._clip:
                 space = self._action_space
                 assert isinstance(space, gym.spaces.Box)
                 actions = np.clip(actions, space.low, space.high)
-        if len(workers) == self.sampler.num_slots:
-            self.sampler.send_all(actions)
-        else:
-            offset = 0
-            for w, (_, lo, hi) in zip(workers, spans, strict=True):
-                self.sampler.step_send(w, actions[offset : offset + hi - lo])
-                offset += hi - lo
-        self._in_flight.update(workers)
+        return actions
 
-    def _store(self, out: dict[str, torch.Tensor], spans: list[tuple[int, int, int]]) -> None:
-        offset = 0
-        for t, lo, hi in spans:
-            for name, value in out.items():
-                store = self.batch.actions if name == "actions" else self.batch.extras[name]
-                store[t, lo:hi].copy_(value[offset : offset + hi - lo])
-            offset += hi - lo
-
-    def _record(self, r: StepResult) -> int | None:
-        """Store one worker's step at its envs' rows; the worker if it needs another action."""
-        lo, hi = r.env_ids.start, r.env_ids.stop
-        t = int(self._pos[lo])
+    def _record(self, r: StepResult, t: Any, ids: Any) -> None:
+        """Stores a result's rows at their envs' positions ``t`` (an int, or a tensor of one
+        per row) and envs ``ids`` (a slice for every env, or a tensor), and counts them."""
+        n = len(r.rewards)
         with self.timer.phase("copy"):
-            b = self.batch
-            b.rewards[t, lo:hi].copy_(torch.from_numpy(r.rewards))
-            b.terminated[t, lo:hi].copy_(torch.from_numpy(r.terminated))
-            b.truncated[t, lo:hi].copy_(torch.from_numpy(r.truncated))
-            b.has_final_obs[t, lo:hi].copy_(torch.from_numpy(r.has_final_obs))
+            b, last = self.batch, self.num_steps - 1
+            b.rewards[t, ids] = torch.from_numpy(np.asarray(r.rewards, dtype=np.float32))
+            b.terminated[t, ids] = torch.from_numpy(r.terminated)
+            b.truncated[t, ids] = torch.from_numpy(r.truncated)
+            b.has_final_obs[t, ids] = torch.from_numpy(r.has_final_obs)
             if r.has_final_obs.any():
-                b.final_obs[t, lo:hi].copy_(torch.from_numpy(np.asarray(r.final_obs)))
-            dest = b.obs[t + 1] if t + 1 < self.num_steps else b.next_obs
-            dest[lo:hi].copy_(torch.from_numpy(np.asarray(r.obs)))
-            self._track_episodes(r, lo)
-        self._pos[lo:hi] += 1
-        self._in_flight.discard(r.worker if r.worker is not None else -1)
-        self.global_step += hi - lo
-        self.timer.add_steps(hi - lo)
-        return r.worker if t + 1 < self.num_steps else None
+                b.final_obs[t, ids] = torch.from_numpy(np.asarray(r.final_obs, np.float32))
+            obs = torch.from_numpy(np.asarray(r.obs, dtype=np.float32))
+            if isinstance(t, int):  # every env at the same step
+                (b.obs[t + 1] if t < last else b.next_obs)[ids] = obs
+            else:
+                inside = t < last
+                b.obs[t[inside] + 1, ids[inside]] = obs[inside]
+                b.next_obs[ids[~inside]] = obs[~inside]
+            env_ids = np.arange(self.num_envs) if isinstance(ids, slice) else ids.numpy()
+            self._pos[env_ids] += 1
+            self._track_episodes(r, env_ids)
+        self.global_step += n
+        self.timer.add_steps(n)
 
-    def _track_episodes(self, r: StepResult, lo: int) -> None:
-        self._returns[lo : lo + len(r.rewards)] += r.rewards
-        self._lengths[lo : lo + len(r.rewards)] += 1
+    def _track_episodes(self, r: StepResult, env_ids: np.ndarray) -> None:
+        """Adds a result's rewards to its envs' returns and lists the episodes that ended."""
+        self._returns[env_ids] += r.rewards
+        self._lengths[env_ids] += 1
         for j in np.flatnonzero(r.terminated | r.truncated):
-            env = lo + int(j)
+            env = int(env_ids[j])
             ret, length = float(self._returns[env]), int(self._lengths[env])
             stats = r.infos.get(env, {}).get("episode")
             if isinstance(stats, Mapping):  # RecordEpisodeStatistics inside the env: raw return
