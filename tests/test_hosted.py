@@ -17,7 +17,6 @@ import pytest
 
 import vecsample
 from vecsample import HostedVector, VecSampler, errors
-from vecsample.adapters import gymnasium as gymnasium_adapter
 from vecsample.seeding import env_seeds
 from vecsample.testing import CountingEnv, RaisingEnv
 
@@ -545,28 +544,19 @@ def test_a_hosted_env_that_freezes_ended_rows_steps_like_the_bare_loop_with_froz
     assert frozen > N  # many frozen rows were compared
 
 
-def test_the_renamed_keywords_keep_their_old_names_for_a_release(monkeypatch):
-    """``kwargs=``/``vectorization=`` became ``env_kwargs=``/``vectorization_mode=`` (the names
-    gymnasium and VecSampler use): the old names warn and keep their meaning."""
-    new = HostedVector("CartPole-v1", vectorization_mode="sync",
-                       env_kwargs={"max_episode_steps": 9})
-    with pytest.warns(DeprecationWarning, match="use env_kwargs"):
-        old = HostedVector("CartPole-v1", kwargs={"max_episode_steps": 9}, vectorization="sync")
-    assert old == new
-    with pytest.warns(DeprecationWarning, match="use vectorization_mode"):
-        assert old.vectorization == "sync"
-    with pytest.warns(DeprecationWarning, match="use env_kwargs"):
-        assert old.kwargs == {"max_episode_steps": 9}
-    with pytest.raises(errors.ConfigError, match="pass env_kwargs= only"):
-        HostedVector("CartPole-v1", env_kwargs={}, kwargs={})
-    built: list[Any] = []  # what make_vec hands VectorEnv, which is not started here
-    monkeypatch.setattr(gymnasium_adapter, "VectorEnv", lambda fns, *a, **k: built.append(fns))
-    with pytest.warns(DeprecationWarning, match="use vectorization_mode="):
+def test_the_keywords_are_gymnasiums_names_only():
+    """``env_kwargs=``/``vectorization_mode=`` (the names gymnasium and VecSampler use), with no
+    alias: nothing was released under ``kwargs=``/``vectorization=``."""
+    hosted = HostedVector("CartPole-v1", vectorization_mode="sync",
+                          env_kwargs={"max_episode_steps": 9})
+    assert hosted == HostedVector("CartPole-v1", "sync", {"max_episode_steps": 9})
+    assert not hasattr(hosted, "kwargs") and not hasattr(hosted, "vectorization")
+    with pytest.raises(TypeError, match="kwargs"):
+        HostedVector("CartPole-v1", kwargs={"max_episode_steps": 9})
+    # make_vec passes an unknown keyword on to VectorEnv, which refuses it before any process
+    # starts: it names no Options field.
+    with pytest.raises(errors.ConfigError, match="got 'vectorization'"):
         vecsample.make_vec("CartPole-v1", 4, 1, vectorization="sync")
-    vecsample.make_vec("CartPole-v1", 4, 1, vectorization_mode="sync")
-    assert built[0] == built[1] == HostedVector("CartPole-v1", "sync", num_envs=4)
-    with pytest.raises(errors.ConfigError, match="pass vectorization_mode= only"):
-        vecsample.make_vec("CartPole-v1", 4, vectorization="sync", vectorization_mode="sync")
 
 
 @pytest.mark.parametrize("mode", ["SameStep", "NextStep", "Disabled"])

@@ -186,12 +186,7 @@ def _ray(name: str, value: Any) -> Any:
     ray_sampler = pytest.importorskip("vecsample.ray")
     from vecsample.testing import FixedActionPolicy
 
-    # The Options fields by keyword, as for every constructor, but the two whose names are
-    # RaySampler's own knobs' old names (deprecated aliases of actor_restarts, start_deadline):
-    # those reach the actors' Options through options= (sampler_kwargs= is deprecated).
-    if name in ray_sampler.sampler.RENAMED:
-        return ray_sampler.RaySampler("CartPole-v1", FixedActionPolicy, num_envs=2,
-                                      options=Options(**{name: value}))
+    # The Options fields by keyword, as for every constructor.
     return ray_sampler.RaySampler("CartPole-v1", FixedActionPolicy, num_envs=2,
                                   **{name: value})
 

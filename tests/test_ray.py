@@ -64,8 +64,6 @@ def make_ray_sampler(cluster: Cluster) -> Iterator[Callable[..., RaySampler]]:
 
     def make(env_fns: list[Callable[[], Any]] | None = None, **kwargs: Any) -> RaySampler:
         options: dict[str, Any] = {"chunk_length": CHUNK, "seed": 0, "start_deadline": 60.0}
-        if "deadline" in kwargs:  # its deprecated name, which may not come with it
-            del options["start_deadline"]
         options.update(kwargs)
         sampler = RaySampler(env_fns or fns(CountingEnv, ENVS, length=LENGTH), FixedActionPolicy,
                              **options)
@@ -244,53 +242,27 @@ def test_bad_arguments_are_config_errors(cluster: Cluster) -> None:
             RaySampler(fns(CountingEnv, 2), FixedActionPolicy, **kwargs)
 
 
-def test_own_knobs_and_options_by_their_new_names(
-    make_ray_sampler: Callable[..., RaySampler],
-) -> None:
+def test_own_knobs_and_options_by_name(make_ray_sampler: Callable[..., RaySampler]) -> None:
+    """``actor_restarts`` and ``start_deadline`` are RaySampler's own; every Options field,
+    ``max_restarts`` and ``deadline`` included, goes to each actor's VecSampler, as a keyword or
+    in ``options=``, as every constructor takes them."""
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new names warn about nothing
+        warnings.simplefilter("error")  # no name warns
         sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1, actor_restarts=1,
-                                   start_deadline=50.0, infos=False,
-                                   options=Options(max_restarts=7, deadline=9.0))
+                                   start_deadline=50.0, max_restarts=7, deadline=9.0,
+                                   options=Options(infos=False))
     assert (sampler.actor_restarts, sampler.start_deadline) == (1, 50.0)
     options = sampler.options
     assert (options.max_restarts, options.deadline, options.infos) == (7, 9.0, False)
+    assert not hasattr(sampler, "max_restarts") and not hasattr(sampler, "deadline")
     assert len(sampler.recv()) == 1
 
 
-@pytest.mark.parametrize(("old", "new", "value"), [("max_restarts", "actor_restarts", 1),
-                                                   ("deadline", "start_deadline", 50.0)])
-def test_an_old_name_warns_and_keeps_its_meaning(
-    make_ray_sampler: Callable[..., RaySampler], old: str, new: str, value: float,
-) -> None:
-    with pytest.warns(FutureWarning, match=f"{old} is deprecated: it is {new} now"):
-        sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1, **{old: value})
-    assert getattr(sampler, new) == value
-    # RaySampler's own knob, never the Options field of that name:
-    assert getattr(sampler.options, old) == getattr(Options(), old)
-    with pytest.warns(FutureWarning, match=f"attribute {old} is deprecated"):
-        assert getattr(sampler, old) == value
-    assert len(sampler.recv()) == 1
-
-
-def test_sampler_kwargs_warns_and_still_sets_options(
-    make_ray_sampler: Callable[..., RaySampler],
-) -> None:
-    with pytest.warns(FutureWarning, match="sampler_kwargs is deprecated"):
-        sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1,
-                                   sampler_kwargs={"infos": False, "max_restarts": 7})
-    # Its fields are Options fields, as they always were (max_restarts included).
-    assert (sampler.options.infos, sampler.options.max_restarts) == (False, 7)
-    assert sampler.actor_restarts == 3
-    assert len(sampler.recv()) == 1
-
-
-def test_an_old_and_a_new_name_together_are_refused_before_ray_starts(cluster: Cluster) -> None:
-    for kwargs in ({"max_restarts": 1, "actor_restarts": 2},
-                   {"deadline": 5.0, "start_deadline": 6.0},
-                   {"sampler_kwargs": {"infos": False}, "infos": True}):
-        with pytest.warns(FutureWarning), pytest.raises(errors.ConfigError, match="both"):
-            RaySampler(fns(CountingEnv, 2), FixedActionPolicy, **kwargs)
+def test_sampler_kwargs_is_no_argument(cluster: Cluster) -> None:
+    """Nothing was released under ``sampler_kwargs=``: it is an unknown option's name, refused
+    before Ray starts an actor."""
+    with pytest.raises(errors.ConfigError, match="got 'sampler_kwargs'"):
+        RaySampler(fns(CountingEnv, 2), FixedActionPolicy, sampler_kwargs={"infos": False})
 
 
 def test_ppo_ray_example_runs_on_a_tiny_budget(

@@ -132,8 +132,7 @@ BANNED = {
 #: The records: what a user passes and gets (options, envs, results, errors, types) and the
 #: parent's side of a hosted env. They are imported by every process's code and import nothing
 #: of either process (docs/architecture.md).
-RECORDS = ("options", "factories", "results", "hosted", "seeding", "errors", "types",
-           "deprecation")
+RECORDS = ("options", "factories", "results", "hosted", "seeding", "errors", "types")
 
 
 def core_modules() -> list[Path]:

@@ -63,7 +63,6 @@ from gymnasium.envs.registration import load_env_creator
 
 from vecsample._wire.protocol import Command
 from vecsample._wire.spaces import leaves
-from vecsample.deprecation import deprecated, renamed
 from vecsample.errors import (
     AutoresetMismatchError,
     EnvFactoryError,
@@ -79,7 +78,7 @@ VectorEnvFn = Callable[[int], gym.vector.VectorEnv]
 VECTORIZATIONS = ("vector_entry_point", "sync")
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class HostedVector:
     """One batch-native vector env per worker, in place of its block of single envs.
 
@@ -91,8 +90,6 @@ class HostedVector:
             ``"vector_entry_point"`` (the env's own batched implementation) or ``"sync"``.
         env_kwargs: with an env id, keyword arguments for ``gymnasium.make_vec``.
         num_envs: the envs of all workers together, if the sampler is not given ``num_envs``.
-        kwargs, vectorization: the deprecated names of ``env_kwargs`` and
-            ``vectorization_mode`` (they warn; they go in the next release).
 
     Example:
         >>> import numpy as np
@@ -109,30 +106,11 @@ class HostedVector:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int | None = None
 
-    def __init__(self, make: str | VectorEnvFn, vectorization_mode: str | None = None,
-                 env_kwargs: dict[str, Any] | None = None, num_envs: int | None = None, *,
-                 kwargs: dict[str, Any] | None = None, vectorization: str | None = None) -> None:
-        env_kwargs = renamed("HostedVector", "kwargs", kwargs, "env_kwargs", env_kwargs)
-        mode = renamed("HostedVector", "vectorization", vectorization, "vectorization_mode",
-                       vectorization_mode)
-        # Frozen: the fields go in through object.__setattr__, once, here.
-        object.__setattr__(self, "make", make)
-        object.__setattr__(self, "vectorization_mode", mode or "vector_entry_point")
-        object.__setattr__(self, "env_kwargs", dict(env_kwargs or {}))
-        object.__setattr__(self, "num_envs", num_envs)
+    def __post_init__(self) -> None:
+        # Frozen: the copy goes in through object.__setattr__, before anyone reads the field
+        # (the caller's dict may change later; this one never does).
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         self._check()
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """Deprecated: ``env_kwargs``."""
-        deprecated("HostedVector's kwargs", "env_kwargs")
-        return self.env_kwargs
-
-    @property
-    def vectorization(self) -> str:
-        """Deprecated: ``vectorization_mode``."""
-        deprecated("HostedVector's vectorization", "vectorization_mode")
-        return self.vectorization_mode
 
     def _check(self) -> None:
         if isinstance(self.make, str):

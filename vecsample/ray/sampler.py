@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -53,13 +52,6 @@ __all__ = ["RaySampler"]
 
 #: How often Ray may rebuild each dead actor, by default (``RaySampler(actor_restarts=)``).
 ACTOR_RESTARTS = 3
-#: RaySampler's own knobs that once had the name of an ``Options`` field, by their old name.
-#: The old name is a deprecated alias for one release; after it, it stays refused by name, so
-#: that ``RaySampler(max_restarts=5)`` never silently becomes the Options field of that name.
-RENAMED = {"max_restarts": "actor_restarts", "deadline": "start_deadline"}
-#: The own knobs' defaults, to tell a new name that was given from one left alone.
-_OWN_DEFAULTS: dict[str, Any] = {"actor_restarts": ACTOR_RESTARTS,
-                                 "start_deadline": DEFAULT_DEADLINE}
 
 
 # --- the driver side ---------------------------------------------------------------------------
@@ -137,13 +129,9 @@ class RaySampler:
             them here is a ConfigError.
         **overrides: ``Options`` fields by name, applied on top of ``options`` (as
             ``VecSampler(env_fns, options=..., **overrides)`` takes them); an unknown name is a
-            ConfigError naming the closest field. ``max_restarts`` and ``deadline`` are not
-            taken here: on this class they are the deprecated names of ``actor_restarts`` and
-            ``start_deadline``; set the Options fields of those names through ``options=``.
-
-    Deprecated (for one release, each with a ``FutureWarning``; they keep their old meaning):
-        ``max_restarts=``: ``actor_restarts``. ``deadline=``: ``start_deadline``.
-        ``sampler_kwargs={...}``: the same fields as ``**overrides``, or in ``options=``.
+            ConfigError naming the closest field. ``max_restarts`` and ``deadline`` are those
+            fields too, each actor's VecSampler's: not ``actor_restarts`` and
+            ``start_deadline``, which are this class's own.
 
     Raises:
         ConfigError: An argument or option has the wrong type or range (a count below 1, a
@@ -195,14 +183,12 @@ class RaySampler:
     ) -> None:
         self._closed = True  # until the actors are up
         # Everything is checked before Ray is started (a ConfigError costs no cluster).
-        overrides, own = _renamed(overrides, actor_restarts=actor_restarts,
-                                  start_deadline=start_deadline)
         fns = env_factories(env_fns, num_envs, env_kwargs)
         self.chunk_length = check_int(chunk_length, "chunk_length")
         self.in_flight = check_int(in_flight, "in_flight")
-        self.actor_restarts = check_int(own["actor_restarts"], "actor_restarts", minimum=0)
+        self.actor_restarts = check_int(actor_restarts, "actor_restarts", minimum=0)
         self.workers_per_actor = check_int(workers_per_actor, "workers_per_actor")
-        self.start_deadline = check_seconds(own["start_deadline"], "start_deadline")
+        self.start_deadline = check_seconds(start_deadline, "start_deadline")
         self.options = adapted(options, overrides, where="RaySampler",
                                fixed=_fixed(self.workers_per_actor))
         _check_split(len(fns), self.workers_per_actor, self.options.uneven_split)
@@ -227,18 +213,6 @@ class RaySampler:
                             self.actor_restarts)
         self._closed = False
         self._await_ready()
-
-    @property
-    def max_restarts(self) -> int:
-        """Deprecated: ``actor_restarts``."""
-        _warn_renamed("max_restarts", "actor_restarts", "attribute", stacklevel=3)
-        return self.actor_restarts
-
-    @property
-    def deadline(self) -> float | None:
-        """Deprecated: ``start_deadline``."""
-        _warn_renamed("deadline", "start_deadline", "attribute", stacklevel=3)
-        return self.start_deadline
 
     def _await_ready(self) -> None:
         slots = self._fleet.slots
@@ -454,41 +428,6 @@ class RaySampler:
         state = "closed" if self._closed else "open"
         return (f"RaySampler({self.num_actors} actors x {self.envs_per_actor} envs, "
                 f"chunk_length={self.chunk_length}, version={self._version}, {state})")
-
-
-def _warn_renamed(old: str, new: str, kind: str, stacklevel: int = 4) -> None:
-    # FutureWarning, not DeprecationWarning: RaySampler is called from training scripts and
-    # the modules they import, where Python hides DeprecationWarning by default, and after this
-    # release the old name is refused, so the person running the script must see it now.
-    warnings.warn(
-        f"RaySampler's {kind} {old} is deprecated: it is {new} now (it is RaySampler's own, not "
-        f"the Options field {old}, which each actor's VecSampler takes through options=); "
-        f"{old} will be refused after this release.", FutureWarning, stacklevel=stacklevel)
-
-
-def _renamed(overrides: dict[str, Any], **own: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(Options overrides, own knobs)``: the deprecated names taken out of ``overrides`` with
-    a FutureWarning each: ``max_restarts`` and ``deadline`` set RaySampler's own knobs (their old
-    meaning), and ``sampler_kwargs``'s fields join the overrides (Options fields, as they were)."""
-    overrides = dict(overrides)
-    for old, new in RENAMED.items():
-        if old in overrides:
-            _warn_renamed(old, new, "argument")
-            if own[new] != _OWN_DEFAULTS[new]:
-                raise errors.ConfigError(f"{old}= and {new}= were both given; {old} is the "
-                                         f"deprecated name of {new}: pass {new} only.")
-            own[new] = overrides.pop(old)
-    if "sampler_kwargs" in overrides:
-        warnings.warn("RaySampler's argument sampler_kwargs is deprecated: pass the Options "
-                      "fields as keywords, or in options=; sampler_kwargs will be refused after "
-                      "this release.", FutureWarning, stacklevel=3)
-        extra = dict(overrides.pop("sampler_kwargs") or {})
-        both = sorted(set(extra) & set(overrides))
-        if both:
-            raise errors.ConfigError(f"{both} given both as keywords and in sampler_kwargs; "
-                                     f"pass each once.")
-        overrides.update(extra)
-    return overrides, own
 
 
 def _ray_instance() -> str:
