@@ -9,6 +9,7 @@ visible, and from FixedActionPolicy, whose action is its weights.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import itertools
 import subprocess
 import sys
@@ -63,7 +64,7 @@ def make_ray_sampler(cluster: Cluster) -> Iterator[Callable[..., RaySampler]]:
     made: list[RaySampler] = []
 
     def make(env_fns: list[Callable[[], Any]] | None = None, **kwargs: Any) -> RaySampler:
-        options: dict[str, Any] = {"chunk_length": CHUNK, "seed": 0, "start_deadline": 60.0}
+        options: dict[str, Any] = {"chunk_length": CHUNK, "seed": 0, "actor_deadline": 60.0}
         options.update(kwargs)
         sampler = RaySampler(env_fns or fns(CountingEnv, ENVS, length=LENGTH), FixedActionPolicy,
                              **options)
@@ -115,7 +116,7 @@ def test_partial_recv_keeps_pending_chunks(make_ray_sampler: Callable[..., RaySa
     received: dict[int, list[Chunk]] = {0: [], 1: []}
     sizes = []
     while min(len(v) for v in received.values()) < 4:
-        chunks = sampler.recv(timeout=0.0 if not sizes else 0.01, min_chunks=1)
+        chunks = sampler.recv(1, max_wait=0.0 if not sizes else 0.01)
         sizes.append(len(chunks))
         for chunk in chunks:
             received[chunk.actor_id].append(chunk)
@@ -126,7 +127,7 @@ def test_partial_recv_keeps_pending_chunks(make_ray_sampler: Callable[..., RaySa
     for chunks in received.values():
         for before, after in itertools.pairwise(chunks):  # nothing lost, repeated or reordered
             np.testing.assert_array_equal(after.obs[0], before.next_obs)
-    more = sampler.recv(timeout=None, min_chunks=3)
+    more = sampler.recv(3)
     assert len(more) >= 3
 
 
@@ -157,7 +158,7 @@ def test_killed_actor_is_restarted_and_reported(
     after_death: list[Chunk] = []
     end = time.monotonic() + 90.0
     while not after_death and time.monotonic() < end:
-        after_death = [c for c in sampler.recv(timeout=1.0) if c.actor_id == 0 and
+        after_death = [c for c in sampler.recv(max_wait=1.0) if c.actor_id == 0 and
                        sampler.stats()["actor_deaths"] == 1]
     stats = sampler.stats()
     assert stats["actor_deaths"] == 1 and stats["actors_alive"] == 2
@@ -204,7 +205,7 @@ def test_an_actor_killed_children_first_loses_its_chunk_not_the_run(
         chunks: list[Chunk] = []
         end = time.monotonic() + 90.0
         while len(chunks) < 3 and time.monotonic() < end:  # the killed one's recv has none
-            chunks += sampler.recv(timeout=1.0)
+            chunks += sampler.recv(max_wait=1.0)
     finally:
         cloudpickle.unregister_pickle_by_value(module)
     stats = sampler.stats()
@@ -243,19 +244,30 @@ def test_bad_arguments_are_config_errors(cluster: Cluster) -> None:
 
 
 def test_own_knobs_and_options_by_name(make_ray_sampler: Callable[..., RaySampler]) -> None:
-    """``actor_restarts`` and ``start_deadline`` are RaySampler's own; every Options field,
+    """``actor_restarts`` and ``actor_deadline`` are RaySampler's own; every Options field,
     ``max_restarts`` and ``deadline`` included, goes to each actor's VecSampler, as a keyword or
     in ``options=``, as every constructor takes them."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no name warns
         sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1, actor_restarts=1,
-                                   start_deadline=50.0, max_restarts=7, deadline=9.0,
+                                   actor_deadline=50.0, max_restarts=7, deadline=9.0,
                                    options=Options(infos=False))
-    assert (sampler.actor_restarts, sampler.start_deadline) == (1, 50.0)
+    assert (sampler.actor_restarts, sampler.actor_deadline) == (1, 50.0)
     options = sampler.options
     assert (options.max_restarts, options.deadline, options.infos) == (7, 9.0, False)
     assert not hasattr(sampler, "max_restarts") and not hasattr(sampler, "deadline")
     assert len(sampler.recv()) == 1
+
+
+def test_the_ray_knobs_say_what_they_bound() -> None:
+    """``timeout`` means the partial batch's window in vecsample; RaySampler's cap on a partial
+    recv is ``max_wait`` (keyword-only: ``recv(3)`` asks for 3 chunks) and its bound on the
+    actors is ``actor_deadline``, apart from ``Options.startup_deadline``."""
+    recv = inspect.signature(RaySampler.recv).parameters
+    assert list(recv) == ["self", "min_chunks", "max_wait"]
+    assert recv["max_wait"].kind is inspect.Parameter.KEYWORD_ONLY
+    init = inspect.signature(RaySampler.__init__).parameters
+    assert "actor_deadline" in init and "start_deadline" not in init
 
 
 def test_sampler_kwargs_is_no_argument(cluster: Cluster) -> None:

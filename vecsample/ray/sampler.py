@@ -9,7 +9,7 @@ requests, and hands their chunks back.
 * Receiving: every actor is topped up to ``in_flight`` requests at each ``recv`` and
   ``set_weights`` (double buffering with 2: it works on one chunk while the trainer
   updates). ``recv()`` waits for one chunk from every live actor
-  (full); ``recv(timeout, min_chunks)`` returns whichever chunks are ready (partial, through
+  (full); ``recv(min_chunks, max_wait=s)`` returns whichever chunks are ready (partial, through
   ``ray.wait``). Refs not returned stay pending and come back from a later ``recv``: nothing is
   dropped or returned twice.
 * Faults: an actor that dies loses only its in-flight chunks (counted in ``stats()``); Ray
@@ -103,7 +103,7 @@ class RaySampler:
         workers_per_actor: Env processes per actor; must divide the envs of an actor (unless
             ``uneven_split``; checked before Ray starts). Each actor reserves that many CPUs
             from Ray (``num_cpus``), so a node with fewer free CPUs never gets it: the actors
-            then never start and the constructor raises after ``start_deadline``.
+            then never start and the constructor raises after ``actor_deadline``.
         chunk_length: Steps of every env in one chunk.
         weights: Initial weights for the actors' policies, sent as with ``set_weights``
             (version 1); None keeps the weights ``policy_fn`` built (version 0).
@@ -120,9 +120,10 @@ class RaySampler:
             when Ray says it cannot come back (``actors_alive`` drops). Not
             ``Options.max_restarts``, which bounds how often each actor's VecSampler respawns
             one of its env processes (with ``restart=True``): set that one in ``options``.
-        start_deadline: Seconds the actors may take to start, and one full ``recv`` may wait
-            (for restarting actors too); None waits forever. Each actor's VecSampler has its
-            own, ``Options.deadline``.
+        actor_deadline: How long the actors may keep the driver waiting, in seconds: to start
+            (all built), or for a full ``recv`` (restarting actors included); None waits
+            forever. Not ``Options.deadline`` (each actor's VecSampler's bound on its env
+            processes) nor ``Options.startup_deadline`` (each env process's build).
         options: Each actor's ``VecSampler``'s ``vecsample.Options`` (``context``, ``infos``,
             ``restart``, ...). This class sets ``num_workers`` (``workers_per_actor``),
             ``autoreset_mode`` ('SameStep') and ``seed`` (per actor, from ``seed``): setting
@@ -131,13 +132,13 @@ class RaySampler:
             ``VecSampler(env_fns, options=..., **overrides)`` takes them); an unknown name is a
             ConfigError naming the closest field. ``max_restarts`` and ``deadline`` are those
             fields too, each actor's VecSampler's: not ``actor_restarts`` and
-            ``start_deadline``, which are this class's own.
+            ``actor_deadline``, which are this class's own.
 
     Raises:
         ConfigError: An argument or option has the wrong type or range (a count below 1, a
-            negative ``actor_restarts`` or ``start_deadline``, an env id without ``num_envs``,
+            negative ``actor_restarts`` or ``actor_deadline``, an env id without ``num_envs``,
             an unknown option, ...), before Ray is started.
-        DeadlineExceededError: The actors were not all built within ``start_deadline`` (not
+        DeadlineExceededError: The actors were not all built within ``actor_deadline`` (not
             enough free CPUs on the cluster, or slow env builds). Every actor started is killed.
         ray.exceptions.RayActorError: An actor failed to build (an env factory or
             ``policy_fn`` raised, or a space is not a single array); the message carries the
@@ -177,7 +178,7 @@ class RaySampler:
         seed: int | None = None,
         in_flight: int = 2,
         actor_restarts: int = ACTOR_RESTARTS,
-        start_deadline: float | None = DEFAULT_DEADLINE,
+        actor_deadline: float | None = DEFAULT_DEADLINE,
         options: Options | None = None,
         **overrides: Any,
     ) -> None:
@@ -188,7 +189,7 @@ class RaySampler:
         self.in_flight = check_int(in_flight, "in_flight")
         self.actor_restarts = check_int(actor_restarts, "actor_restarts", minimum=0)
         self.workers_per_actor = check_int(workers_per_actor, "workers_per_actor")
-        self.start_deadline = check_seconds(start_deadline, "start_deadline")
+        self.actor_deadline = check_seconds(actor_deadline, "actor_deadline")
         self.options = adapted(options, overrides, where="RaySampler",
                                fixed=_fixed(self.workers_per_actor))
         _check_split(len(fns), self.workers_per_actor, self.options.uneven_split)
@@ -218,11 +219,11 @@ class RaySampler:
         slots = self._fleet.slots
         refs = [slot.handle.ready.remote() for slot in slots]
         try:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.start_deadline)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.actor_deadline)
             if len(ready) < len(refs):
                 raise errors.DeadlineExceededError(
                     hung_workers=[i for i, r in enumerate(refs) if r not in ready],
-                    deadline=self.start_deadline, who="Ray actors (starting)",
+                    deadline=self.actor_deadline, who="Ray actors (starting)",
                     fix=f"check `ray status` for free CPUs (each actor asks for "
                     f"num_cpus={self.workers_per_actor})",
                 )
@@ -261,11 +262,13 @@ class RaySampler:
 
     # --- receiving -----------------------------------------------------------------------------
 
-    def recv(self, timeout: float | None = None, min_chunks: int | None = None) -> list[Chunk]:
+    def recv(self, min_chunks: int | None = None, *,
+             max_wait: float | None = None) -> list[Chunk]:
         """Full (no arguments): one chunk from every actor that is up, waiting (within
-        ``start_deadline``) for a restarting one when none is. Partial: waits up to ``timeout``
-        seconds (None: no limit) for ``min_chunks`` (default 1) chunks, then returns every chunk
-        ready by then, possibly none. Chunks not returned stay pending.
+        ``actor_deadline``) for a restarting one when none is. Partial (either argument): waits
+        for ``min_chunks`` chunks (default 1), for at most ``max_wait`` seconds (None: no cap),
+        then returns every chunk ready by then, possibly none: the cap running out is no error.
+        Chunks not returned stay pending.
 
         A request that raised (an env's or the policy's error, from the actor) is counted lost
         and its error is raised, carrying the chunks taken in this call (``results``) and the
@@ -277,16 +280,16 @@ class RaySampler:
         try:
             self._settle_probes()
             self._fill()
-            if timeout is None and min_chunks is None:
+            if max_wait is None and min_chunks is None:
                 self._recv_full()
             else:
-                self._recv_partial(timeout, 1 if min_chunks is None else min_chunks)
+                self._recv_partial(1 if min_chunks is None else min_chunks, max_wait)
         finally:
             self._fleet.stats["wait_s"] += time.perf_counter() - start
         return self._fleet.hand_over()
 
     def _recv_full(self) -> None:
-        end = _end(self.start_deadline)
+        end = _end(self.actor_deadline)
         while True:
             self._fill()  # an actor back from a restart gets its requests here
             up = self._fleet.up()
@@ -302,9 +305,10 @@ class RaySampler:
             if taken:  # else every actor waited for died meanwhile: wait for their restarts
                 return
 
-    def _recv_partial(self, timeout: float | None, min_chunks: int) -> None:
-        timeout, min_chunks = check_seconds(timeout, "timeout"), check_int(min_chunks, "min_chunks")
-        end = _end(timeout)
+    def _recv_partial(self, min_chunks: int, max_wait: float | None) -> None:
+        min_chunks, max_wait = check_int(min_chunks, "min_chunks"), check_seconds(max_wait,
+                                                                                 "max_wait")
+        end = _end(max_wait)
         if not self._fleet.up() and self._await_restart(end):  # every live actor is restarting
             self._fill()
         refs = [ref for slot in self._fleet.live() for ref, _ in slot.pending]
@@ -329,15 +333,15 @@ class RaySampler:
             self._fleet.settle(ready)
 
     def _late(self, slots: list[Slot], restarting: str) -> errors.DeadlineExceededError:
-        """The error of a full recv past ``start_deadline``; the chunks taken ride on it."""
+        """The error of a full recv past ``actor_deadline``; the chunks taken ride on it."""
         if restarting:
             fix = (f"Ray is restarting them and no node took them back in time (each asks for "
                    f"num_cpus={self.workers_per_actor}); add nodes or free CPUs, or raise "
-                   f"`start_deadline`. They stay restarting")
+                   f"`actor_deadline`. They stay restarting")
         else:
-            fix = "their requests stay pending. Raise `start_deadline` or shorten `chunk_length`"
+            fix = "their requests stay pending. Raise `actor_deadline` or shorten `chunk_length`"
         return errors.DeadlineExceededError(
-            hung_workers=[slot.actor_id for slot in slots], deadline=self.start_deadline,
+            hung_workers=[slot.actor_id for slot in slots], deadline=self.actor_deadline,
             who=f"Ray actors{' (restarting)' if restarting else ''}", fix=fix,
             results=self._fleet.release())
 
@@ -481,7 +485,7 @@ def _num_actors(num_actors: int | None) -> int:
 def _check_split(num_envs: int, workers: int, uneven_split: bool) -> None:
     """``workers_per_actor`` against an actor's envs, as its VecSampler will check it, but
     before Ray starts: each actor asks Ray for that many CPUs, so a split that cannot work
-    would wait out ``start_deadline`` for them first and then blame the CPUs."""
+    would wait out ``actor_deadline`` for them first and then blame the CPUs."""
     if workers > num_envs:
         raise errors.ConfigError(name="workers_per_actor",
                                  expected=f"at most the envs of an actor ({num_envs})",
