@@ -2,7 +2,8 @@
 
 The core is every module at the top of ``vecsample/`` (``vecsample/*.py``) except ``__main__.py``,
 the command-line entry, whose job is to load the tools by name, and every module of the packages
-grouped by the process they run in (``_parent``, ``_worker``, ``_wire``) and of ``adapters``.
+grouped by the process they run in (``_parent``, ``_worker``, ``_wire``), of ``adapters`` and of
+``testing`` (the fakes and the contract, shipped with the core).
 Inside the core, ``_worker`` never imports ``_parent`` (a worker process runs none of the
 trainer's code), and ``_wire`` (formats both share) imports neither (docs/architecture.md).
 Integrations (``vecsample.train``, ``vecsample.ray``, ``vecsample.maml``) and tools
@@ -121,7 +122,7 @@ def forbidden_imports(source: str, filename: str) -> list[str]:
 
 
 #: The core's packages, grouped by the process their code runs in, and what each must not import.
-CORE_PACKAGES = ("_parent", "_worker", "_wire", "adapters")
+CORE_PACKAGES = ("_parent", "_worker", "_wire", "adapters", "testing")
 BANNED = {
     "_worker": ("vecsample._parent",),
     "_wire": ("vecsample._parent", "vecsample._worker"),

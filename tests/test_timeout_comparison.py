@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 
 from experiments import timeout_comparison as tc
-from vecsample import testing
 from vecsample.errors import ConfigError
-from vecsample.testing import StragglerEnv
+from vecsample.testing import StragglerEnv, fakes
 from vecsample.tools import compare
 from vecsample.tools import timeout_model as tm
 
@@ -106,7 +105,7 @@ def test_policies_respect_the_action_space():
 
 def test_straggler_env_has_a_heavy_tail(monkeypatch):
     slept: list[float] = []  # what each step sleeps, recorded instead of slept
-    monkeypatch.setattr(testing, "time", SimpleNamespace(sleep=slept.append))
+    monkeypatch.setattr(fakes, "time", SimpleNamespace(sleep=slept.append))
     env = StragglerEnv(step_time=1.0)
     env.reset(seed=0)
     for _ in range(20_000):
