@@ -28,9 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from vecsample.errors import ConfigError
-from vecsample.types import AutoresetMode
-
-PathArg = str | os.PathLike[str]
+from vecsample.types import AutoresetMode, PathArg
 
 #: The automatic choice of the options that say "auto" (context) or None (spin_us, ...).
 AUTO = "auto"

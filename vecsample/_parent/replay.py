@@ -37,7 +37,6 @@ from vecsample._wire.replay_log import (
     VERSION,
     LogReader,
     LogWriter,
-    PathArg,
     Tag,
     describe,
     digest,
@@ -46,6 +45,7 @@ from vecsample._wire.replay_log import (
 from vecsample.factories import EnvMaker
 from vecsample.options import Options
 from vecsample.results import StepResult
+from vecsample.types import PathArg
 
 if TYPE_CHECKING:  # passed in by the sampler, which builds them: no import at run time
     from vecsample._parent.restart import Restarts

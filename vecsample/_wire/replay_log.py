@@ -24,6 +24,7 @@ import numpy as np
 
 from vecsample import errors
 from vecsample._wire.protocol import Command
+from vecsample.types import PathArg
 
 #: The first bytes of every log.
 MAGIC = b"VSREPLAY"
@@ -32,7 +33,6 @@ MAGIC = b"VSREPLAY"
 VERSION = 2
 _PREFIX = struct.Struct("<8sHI")  # magic, version, header length
 
-PathArg = str | os.PathLike[str]
 #: " at 0x7f...": the address in a default repr, different in every process.
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
