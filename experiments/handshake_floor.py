@@ -33,7 +33,8 @@ from pathlib import Path
 
 import tyro
 
-from vecsample.options import AUTO_SPIN_US, usable_cores
+from vecsample.machine import usable_cores
+from vecsample.options import AUTO_SPIN_US
 from vecsample.tools.bench import timed_run
 from vecsample.tools.bench_backends import Sampler
 

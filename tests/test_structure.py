@@ -294,6 +294,25 @@ def test_files_are_grouped_by_the_process_they_run_in():
     assert not offenders, "imports across the process line:\n" + "\n".join(offenders)
 
 
+#: Calls that read the machine this process runs on: vecsample/machine.py's job, not a record's.
+MACHINE_READS = ("sched_getaffinity", "cpu_count", "process_cpu_count", "getloadavg")
+
+
+def machine_reads(source: str, filename: str) -> list[str]:
+    """Every call in ``source`` of a function named in ``MACHINE_READS``, as ``file:line``."""
+    return [f"{filename}:{node.lineno} calls {_called_name(node)}"
+            for node in ast.walk(ast.parse(source, filename))
+            if isinstance(node, ast.Call) and _called_name(node) in MACHINE_READS]
+
+
+def test_records_read_nothing_of_the_machine():
+    """A record holds what a user passes and gets; the cores it may use are read in
+    vecsample/machine.py, where an automatic choice asks for them."""
+    offenders = [o for name in RECORDS for o in machine_reads(
+        (PACKAGE / f"{name}.py").read_text(), f"vecsample/{name}.py")]
+    assert not offenders, "records reading the machine:\n" + "\n".join(offenders)
+
+
 def test_records_import_nothing_of_either_process():
     paths = [PACKAGE / f"{name}.py" for name in RECORDS]
     assert all(p.is_file() for p in paths), [p for p in paths if not p.is_file()]
@@ -429,6 +448,12 @@ def test_module_imports_skips_type_checking_only_at_run_time():
     assert found == {"vecsample", "vecsample.errors", "vecsample.late"}
     typed = module_imports(source, "vecsample.x", "vecsample", modules, runtime=False)
     assert typed == found | {"vecsample.pool"}
+
+
+def test_machine_reads_finds_the_calls():
+    source = "import os\nn = len(os.sched_getaffinity(0))\nm = os.cpu_count() or 1\nos.getpid()\n"
+    assert machine_reads(source, "r.py") == ["r.py:2 calls sched_getaffinity",
+                                             "r.py:3 calls cpu_count"]
 
 
 def test_loaded_after_sees_a_forbidden_module():

@@ -53,14 +53,6 @@ DEFAULT_CONTEXT = AUTO
 # --- the checks, one per field -------------------------------------------------------------------
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask; all of them off Linux): what the
-    automatic choices count (the spin, the adapters' worker counts)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def check_context(requested: object, name: str = "context") -> str:
     """``requested`` if it is ``"auto"`` or a start method of this platform."""
     methods = mp.get_all_start_methods()
@@ -425,4 +417,4 @@ DEFAULTS = Options()
 
 __all__ = ["AUTO", "AUTO_SPIN_US", "DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "MAX_SPIN_US",
            "PLACEMENTS", "STARTUP_DEADLINE", "Options", "adapted", "check_context", "check_int",
-           "check_mode", "check_options", "check_seconds", "check_seed", "usable_cores"]
+           "check_mode", "check_options", "check_seconds", "check_seed"]

@@ -27,7 +27,8 @@ from vecsample.adapters import errors as adapter_errors
 from vecsample.adapters import vector_infos
 from vecsample.factories import EnvMaker, Envs
 from vecsample.hosted import HostedVector
-from vecsample.options import Options, adapted, check_int, usable_cores
+from vecsample.machine import usable_cores
+from vecsample.options import Options, adapted, check_int
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.types import AutoresetMode, EnvFn, Space
