@@ -469,15 +469,14 @@ def test_a_hosted_disabled_block_with_an_ended_env_is_refused_before_it_steps(ma
 
 class FreezingCounting(gym.vector.VectorEnv):
     """``num_envs`` CountingEnvs (with infos) under Disabled that declare
-    ``freezes_ended_envs``: a step steps only the envs not ended since their reset, and returns
-    junk for the others (NaN observations, reward 99, terminated False and truncated True, an
-    info), which the hosted block must not write: what a frozen row shows is the block's."""
-
-    freezes_ended_envs = True
-    supports_reset_mask = True
+    ``freezes_ended_envs`` and ``supports_reset_mask`` in their metadata: a step steps only the
+    envs not ended since their reset, and returns junk for the others (NaN observations, reward
+    99, terminated False and truncated True, an info), which the hosted block must not write:
+    what a frozen row shows is the block's."""
 
     def __init__(self, num_envs: int) -> None:
-        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.DISABLED}
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.DISABLED,
+                         "freezes_ended_envs": True, "supports_reset_mask": True}
         self.num_envs = num_envs
         self.envs = [CountingEnv(info=True) for _ in range(num_envs)]
         self.single_observation_space = self.envs[0].observation_space

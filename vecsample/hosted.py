@@ -29,13 +29,13 @@ go on.
 ``metadata["autoreset_mode"]`` is ``DISABLED``, as a ``SyncVectorEnv(...,
 autoreset_mode=AutoresetMode.DISABLED)``'s): nothing autoresets, and ended envs are reset with
 ``reset(mask=...)``, passed on as ``options["reset_mask"]``. Where single envs that ended stay
-frozen, a hosted env freezes its ended rows only if it declares so with the attribute
-``freezes_ended_envs = True`` (on the env or its unwrapped env; the batch-native MuJoCo envs
-do): its ``step`` then steps only the rows that have not ended since their reset, and the block
-writes what an env block writes for a frozen env whatever the env returns in the others (their
-observation and ``terminated`` / ``truncated`` kept, reward 0, no infos). Any other env steps
-all its rows, so a block with an ended env is refused (``HostedEnvError``) before its step is
-posted, until that env is reset.
+frozen, a hosted env freezes its ended rows only if it declares so in its ``metadata``
+(``metadata["freezes_ended_envs"] = True``, read through its wrappers as the autoreset mode is; the
+batch-native MuJoCo envs do): its ``step`` then steps only the rows that have not ended since their
+reset, and the block writes what an env block writes for a frozen env whatever the env returns in
+the others (their observation and ``terminated`` / ``truncated`` kept, reward 0, no infos). Any
+other env steps all its rows, so a block with an ended env is refused (``HostedEnvError``) before
+its step is posted, until that env is reset.
 
 The sampler's autoreset mode is given once: a registered id whose vector entry point takes an
 ``autoreset_mode`` keyword (the batch-native MuJoCo envs) is built in it, unless ``env_kwargs``
@@ -44,7 +44,7 @@ is refused with a ``HostedEnvError``: an autoreset mode other than the env's own
 (``AutoresetMismatchError``: an entry point with no such keyword, such as CartPole's, runs in
 gymnasium's NextStep only) and pickled (variable-shape) spaces, at
 construction; ``reset(mask=...)`` of part of a block, in the worker, unless the env can reset
-part of its batch (``SyncVectorEnv``, or ``supports_reset_mask = True``).
+part of its batch (``SyncVectorEnv``, or ``metadata["supports_reset_mask"] = True``).
 """
 
 from __future__ import annotations
@@ -232,10 +232,10 @@ def check_command(probe: HostedProbe | None, command: Command) -> None:
 
 
 def freezes(env: gym.vector.VectorEnv) -> bool:
-    """Whether ``env`` declares ``freezes_ended_envs = True``: under DISABLED its ``step``
-    steps only the rows that have not ended since their reset."""
-    return any(getattr(holder, "freezes_ended_envs", False) is True
-               for holder in (env, env.unwrapped))
+    """Whether ``env`` declares ``metadata["freezes_ended_envs"] = True``: under DISABLED its
+    ``step`` steps only the rows that have not ended since their reset. A capability of the
+    env, read from its metadata as the autoreset mode is (a wrapper passes it through)."""
+    return env.metadata.get("freezes_ended_envs", False) is True
 
 
 def refuses_frozen(probe: HostedProbe | None, mode: AutoresetMode) -> bool:
@@ -256,7 +256,7 @@ def check_not_ended(views: Any, lo: int) -> None:
             feature="autoreset_mode='Disabled'", reason=f"envs {rows} ended and the hosted "
             "vector env steps its whole batch, so they cannot stay frozen as single envs do",
             fix="reset them first with reset(mask=...) naming them, or host an env that "
-            "freezes its ended rows (freezes_ended_envs = True)")
+            "freezes its ended rows (metadata['freezes_ended_envs'] = True)")
 
 
 def missing(command: Command, env: str) -> HostedMethodError:

@@ -3,14 +3,14 @@
 with one copy (the parent's side, the user's ``HostedVector`` and its checks, is
 ``vecsample/hosted.py``).
 
-A step writes what the env block's loop of the same mode writes (``env_block.py``), from the
-vector env's own autoreset: under SAME_STEP the final observations come from
-``infos["final_obs"]`` (gymnasium's convention); under NEXT_STEP the rows that ended at the last
-step come back reset, their infos as reset infos; under DISABLED a row that ended is frozen, as
-in the env block's table, for an env that freezes its ended rows (``freezes_ended_envs``): its
-observation, ``terminated`` and ``truncated`` are kept, its reward is 0 and it has no record,
-whatever the env returned for it. The parent posts no step to a block with an ended row of any
-other env (``hosted.check_not_ended``).
+A step writes what the env block's loop of the same mode writes (``env_block.py``), from the vector
+env's own autoreset: under SAME_STEP the final observations come from ``infos["final_obs"]``
+(gymnasium's convention); under NEXT_STEP the rows that ended at the last step come back reset,
+their infos as reset infos; under DISABLED a row that ended is frozen, as in the env block's table,
+for an env that freezes its ended rows (its ``metadata["freezes_ended_envs"]``): its observation,
+``terminated`` and ``truncated`` are kept, its reward is 0 and it has no record, whatever the env
+returned for it. The parent posts no step to a block with an ended row of any other env
+(``hosted.check_not_ended``).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class HostedBlock:
                 raise HostedEnvError(
                     feature="reset(mask=...) of part of a block", reason=f"{env_name(self.env)} "
                     "cannot reset part of its batch", fix="reset whole blocks, or host a "
-                    "SyncVectorEnv or an env with supports_reset_mask = True")
+                    "SyncVectorEnv or an env with metadata['supports_reset_mask'] = True")
             options = {**(options or {}), "reset_mask": np.array(mask, dtype=bool)}
         seed: Any = block_seed(self.env, seeds)  # VectorEnv annotates only int seeds
         obs, infos = self.env.reset(seed=seed, options=options)
@@ -265,7 +265,7 @@ def _check_spaces(env: gym.vector.VectorEnv, obs: Space, act: Space) -> None:
 
 
 def _masks_resets(env: gym.vector.VectorEnv) -> bool:
-    """Whether ``reset(options={"reset_mask": m})`` resets only the rows of ``m``."""
-    unwrapped = env.unwrapped
-    return isinstance(unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)) or bool(
-        getattr(unwrapped, "supports_reset_mask", False))
+    """Whether ``reset(options={"reset_mask": m})`` resets only the rows of ``m``: gymnasium's
+    own vector envs do; another env says so in its metadata (``supports_reset_mask``)."""
+    own = isinstance(env.unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
+    return own or env.metadata.get("supports_reset_mask", False) is True
