@@ -16,11 +16,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from experiments import _timeout_model as tm
 from experiments import timeout_comparison as tc
 from vecsample.errors import ConfigError
 from vecsample.testing import StragglerEnv, fakes
 from vecsample.tools import compare
-from vecsample.tools import timeout_model as tm
 
 FIELDS = {"env", "timeout", "workers", "envs_per_worker", "steps", "seconds", "steps_per_s",
           "workers_per_recv", "policy_calls_per_1000_steps", "wait_s", "policy_s", "env_step_s",
