@@ -56,16 +56,18 @@ def obs_writer(buffers: SharedBuffers, views: list[np.ndarray],
 
 def _leaf_writer(leaf: Leaf, view: np.ndarray, field: str) -> Callable[[int, Any], None]:
     """``write(j, value)`` of one leaf: checked (shape, then dtype), then one row assignment.
-    A numpy array of a dtype seen before costs one set lookup (``fits``)."""
+    A numpy array of the leaf's dtype costs an identity check, one of another dtype seen to
+    fit before a set lookup (``fits``)."""
     if not leaf.shared:  # a pickled leaf: one Python object per env, as it comes
         return view.__setitem__
-    shape, fits = leaf.shape, {leaf.dtype}
+    shape, dtype, fits = leaf.shape, leaf.dtype, {leaf.dtype}
 
     def write(j: int, value: Any) -> None:
         arr = value if type(value) is np.ndarray else _as_array(leaf, field, value)
         if arr.shape != shape:
             raise _shape_error(leaf, field, value)
-        if arr.dtype not in fits:
+        got = arr.dtype
+        if got is not dtype and got not in fits:  # numpy's dtypes of its own types are one each
             check_dtype(leaf, field, value, arr, fits)
         try:
             view[j] = value
