@@ -46,7 +46,7 @@ from torch import nn
 import vecsample
 from vecsample import EnvMaker, VectorEnv
 from vecsample.errors import PlacementNotice
-from vecsample.options import usable_cores
+from vecsample.machine import usable_cores
 
 
 @dataclass

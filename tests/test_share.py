@@ -87,6 +87,29 @@ class SigintEnv(CountingEnv):
         return super().step(action)
 
 
+class InterruptingEnv(CountingEnv):
+    """Its step ``at_step`` is cut by a KeyboardInterrupt that vecsample's handler cannot
+    hold: raised by the env itself (``how="raise"``), or by a SIGINT handler of the user's own
+    (``how="handler"``, installed by the test), as a Ctrl-C lands mid-step."""
+
+    def __init__(self, env_index: int = 0, at_step: int = 3, how: str = "raise",
+                 **kwargs: Any) -> None:
+        super().__init__(env_index=env_index, **kwargs)
+        self.at_step, self.how = at_step, how
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.t + 1 == self.at_step:
+            if self.how == "raise":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the user's handler raises here, mid-step
+        return super().step(action)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 class CloseDuringStepEnv(SlowEnv):
     """Notes in ``marker`` whether its ``close()`` came while a step was under way."""
 
@@ -458,6 +481,46 @@ def test_a_ctrl_c_during_the_step_here_is_raised_after_it_and_loses_nothing(make
     assert s.step(ones(2)).obs[:, 1].tolist() == [4, 4]
     with pytest.raises(errors.NoPendingError):
         s.step_recv()
+
+
+@posix_only
+@pytest.mark.parametrize("placement", PLACED)
+@pytest.mark.parametrize("how", ["raise", "handler"])
+@pytest.mark.parametrize("restart", [False, True])
+def test_an_interrupt_that_escapes_a_step_here_ends_it_failed_and_the_next_call_knows(
+        make_sampler, placement, how, restart):
+    """A KeyboardInterrupt vecsample cannot hold (an env's own, or a SIGINT handler of the
+    user's) cuts a block's step in this process: it is raised at once, the block is failed
+    (its step ended half taken), and the next step_recv says so at once: a WorkerError
+    naming the interrupt, or with restart the block rebuilt, flagged. The other block's step
+    is returned, once. (The next call waited out the deadline for it: issue 42 item 4.)"""
+    previous = signal.signal(signal.SIGINT, _raise_interrupt) if how == "handler" else None
+    try:
+        env_fns = fns(CountingEnv, 4, length=100)[:2] + fns(InterruptingEnv, 4, at_step=3,
+                                                              how=how)[2:]
+        s = make_sampler(env_fns, num_workers=2, env_placement=placement, deadline=20.0,
+                         restart=restart)
+        s.reset()
+        for _ in range(2):
+            s.step(ones(4))
+        with pytest.raises(KeyboardInterrupt):
+            s.step(ones(4))
+        start = time.monotonic()
+        if restart:
+            got = s.batch(s.step_recv(None))
+            assert got.restarted.tolist() == [False, False, True, True]
+            assert got.obs[:2, 1].tolist() == [3, 3]  # the other block's step, once
+            assert "KeyboardInterrupt" in got.infos[2]["restart_reason"]
+            assert s.step(ones(4)).obs[:, 1].tolist() == [4, 4, 1, 1]
+        else:
+            with pytest.raises(errors.WorkerError) as info:
+                s.step_recv(None)
+            assert info.value.exc_type == "KeyboardInterrupt" and info.value.worker == 1
+            assert [r.obs[0, 1] for r in info.value.results] == [3]
+        assert time.monotonic() - start < 2.0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 @posix_only

@@ -16,12 +16,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from experiments import _timeout_model as tm
 from experiments import timeout_comparison as tc
-from vecsample import testing
 from vecsample.errors import ConfigError
-from vecsample.testing import StragglerEnv
+from vecsample.testing import StragglerEnv, fakes
 from vecsample.tools import compare
-from vecsample.tools import timeout_model as tm
 
 FIELDS = {"env", "timeout", "workers", "envs_per_worker", "steps", "seconds", "steps_per_s",
           "workers_per_recv", "policy_calls_per_1000_steps", "wait_s", "policy_s", "env_step_s",
@@ -106,7 +105,7 @@ def test_policies_respect_the_action_space():
 
 def test_straggler_env_has_a_heavy_tail(monkeypatch):
     slept: list[float] = []  # what each step sleeps, recorded instead of slept
-    monkeypatch.setattr(testing, "time", SimpleNamespace(sleep=slept.append))
+    monkeypatch.setattr(fakes, "time", SimpleNamespace(sleep=slept.append))
     env = StragglerEnv(step_time=1.0)
     env.reset(seed=0)
     for _ in range(20_000):

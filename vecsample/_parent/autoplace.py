@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from vecsample._parent.startup import warn_once
 from vecsample.errors import PlacementNotice
 from vecsample.inprocess import time_block
-from vecsample.options import usable_cores
+from vecsample.machine import usable_cores
 
 if TYPE_CHECKING:
     from gymnasium import Space

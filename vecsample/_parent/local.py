@@ -24,7 +24,7 @@ it interrupted, is raised at once, and the next call reports the failure (or, wi
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,10 +54,13 @@ class LocalSteps:
     """Runs the posted steps of the blocks served here (``pool.local``) and keeps their
     outcomes until read."""
 
-    def __init__(self, pool: WorkerPool, slots: Sequence[int],
-                 timers: dict[str, float]) -> None:
+    def __init__(self, pool: WorkerPool, slots: Sequence[int], timers: dict[str, float],
+                 ended: Callable[[int, Outcome], None] | None = None) -> None:
         self._pool = pool
         self._timers = timers
+        #: Called as each step ends, however it ends (``SharingChannel`` completes the slot's
+        #: control row there, before an interrupt out of the step can leave it incomplete).
+        self._ended = ended
         self.slots = frozenset(slots)
         self._order = tuple(sorted(slots))
         #: Slots whose step is posted and not run yet; slots whose step ran, with its outcome.
@@ -120,6 +123,8 @@ class LocalSteps:
             raise
         finally:
             self._finished[w] += 1
+            if self._ended is not None:
+                self._ended(w, self.finished.get(w, _INTERRUPTED))
 
     def read(self, channel: Channel, w: int, copy: bool) -> StepResult | errors.WorkerError:
         """Slot ``w``'s outcome, taken: its result, stashed in its record as a read step is
@@ -255,7 +260,7 @@ class SharingChannel(StepChannel):
     def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
                  meter: Meter | None = None) -> None:
         super().__init__(layout, buffers, pool, meter)
-        self._here = LocalSteps(pool, layout.parent_slots, self._timers)
+        self._here = LocalSteps(pool, layout.parent_slots, self._timers, self._complete)
 
     def _start(self, w: int) -> None:
         super()._start(w)
@@ -285,14 +290,17 @@ class SharingChannel(StepChannel):
         return super()._wait_batch(end)
 
     def _step_here(self, pending: Collection[int] | None) -> None:
-        """Runs the posted steps of the slots served here that are in ``pending`` (None: all),
-        and completes their control rows; a plain reply where the step had no infos and did
-        not raise, so that a full batch reads it with the others."""
-        for w in self._here.run(pending):
-            plain = self._here.finished[w] is None
-            self._hs.finish_here(w, REPLY_PLAIN if plain else REPLY_MESSAGE)
+        """Runs the posted steps of the slots served here that are in ``pending`` (None:
+        all); each completes its control row as it ends (``_complete``)."""
+        self._here.run(pending)
         if self._states.closed:  # by another thread's close(), which waited for the steps
             raise closed_while_waiting()
+
+    def _complete(self, w: int, outcome: Outcome) -> None:
+        """Slot ``w``'s step here ended: its control row as a worker's reply leaves it, a plain
+        one where the step had no infos and did not raise, so that a full batch reads it with
+        the others (anything else is read from here by ``_read_step``)."""
+        self._hs.finish_here(w, REPLY_PLAIN if outcome is None else REPLY_MESSAGE)
 
     def _read_step(self, w: int, copy: bool) -> StepResult | errors.WorkerError:
         if w not in self._here.slots:

@@ -32,7 +32,7 @@ from vecsample.errors import ConfigError
 from vecsample.extras import require
 from vecsample.factories import EnvMaker
 from vecsample.hosted import VECTORIZATIONS
-from vecsample.options import usable_cores
+from vecsample.machine import usable_cores
 from vecsample.tools import compare, efficiency
 from vecsample.tools.bench_backends import (
     BACKENDS,

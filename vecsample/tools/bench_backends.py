@@ -234,17 +234,6 @@ class Sampler:
         # resets did: Pong's U read 0.53 for 0.90).
         self.obs: Any = s.reset(seed=0)[0]
 
-    @classmethod
-    def sleeping(cls, workers: int, envs_per_worker: int, sleep: float, timeout: float,
-                 partial: bool) -> Sampler:
-        """The sleep-env scenario (``testing.sleep_fns``: one sleep of ``sleep`` seconds per
-        worker batch), full batches or partial ones of ``timeout``: the sampler of the scripts
-        in experiments/ that measure the parent's cost (parent_scaling.py, handshake_floor.py)."""
-        # cores=2: only the machine-limit rows read it, and a sleep config has none.
-        cfg = Config(f"sleep {sleep * 1e3:g} ms", workers * envs_per_worker, workers, 2,
-                     timeout, "none", sleep)
-        return cls(cfg, timeout if partial else None)
-
     def run(self, seconds: float) -> float:
         if self.timeout is None:
             return self._run_full(seconds)
