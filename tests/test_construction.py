@@ -248,3 +248,37 @@ def test_startup_is_bounded_by_its_own_deadline_and_says_so():
         VecSampler([functools.partial(_hangs_in_a_worker, os.getpid())] * 2, num_workers=2,
                    deadline=0.5, startup_deadline=1.0)
     assert time.monotonic() - start < 5.0
+
+
+_FD_SCRIPT = """
+import resource, sys, numpy as np
+from vecsample import VecSampler, errors
+from vecsample.testing import CountingEnv, fns
+resource.setrlimit(resource.RLIMIT_NOFILE, (100, int(sys.argv[1])))
+try:
+    with VecSampler(fns(CountingEnv, 40), num_workers=40, context="fork") as s:
+        s.reset()
+        print("stepped", s.step(np.ones(40, dtype=np.int64)).obs.shape[0],
+              resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+except errors.ConfigError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_NOFILE on Linux")
+@pytest.mark.parametrize("hard", [150, 400])
+def test_the_fd_limit_is_raised_for_many_workers_or_refused_naming_it(hard):
+    """Issue 42 item 6: 520 workers met a bare ValueError mid-run (the C wait's 511 fds, now
+    any number). The workers' pipes and pidfds need about 3 fds each: a soft limit too low is
+    raised within the hard one; a hard one too low is a ConfigError before any worker starts."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _FD_SCRIPT, str(hard)], capture_output=True,
+                         text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr
+    if hard == 150:
+        assert "refused:" in out.stdout and "file-descriptor limit (150" in out.stdout
+        assert "ulimit -Hn" in out.stdout
+    else:
+        words = out.stdout.split()
+        assert words[:2] == ["stepped", "40"] and 100 < int(words[2]) <= 400, out.stdout

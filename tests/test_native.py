@@ -9,6 +9,7 @@ the C path says so and refuses to pretend it has it.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 import warnings
@@ -168,3 +169,23 @@ def test_python_is_always_there(make_sampler):
     assert not s.layout.native
     s.reset()
     assert s.step(np.ones(2, dtype=np.int64)).rewards.tolist() == [1.0, 1.0]
+
+
+@needs_native
+def test_the_c_wait_watches_any_number_of_death_fds():
+    """Issue 42 item 6: past 511 death fds the C wait raised a bare ValueError mid-run; its
+    poll array is now sized to what it watches (one readable fd, listed 600 times here)."""
+    from vecsample._wire import _native
+
+    control = np.zeros((2, handshake.CONTROL_WORDS), dtype=np.int64)
+    doorbell, died = os.pipe(), os.pipe()
+    try:
+        os.write(died[1], b"x")  # a death fd polls readable
+        os.set_blocking(doorbell[0], False)  # as the parent's side sets its doorbell
+        parent = _native.Parent(control, 1, doorbell[0], 0.0)
+        parent.post(0)  # a step in flight, never done
+        fired = parent.wait([0], 1, time.monotonic() + 5.0, [died[0]] * 600)
+        assert fired == [died[0]] * 600
+    finally:
+        for fd in (*doorbell, *died):
+            os.close(fd)

@@ -20,7 +20,7 @@ from vecsample._parent.startup import resolve_context, warn_once
 from vecsample._wire import handshake
 from vecsample._wire.handshake import PLAIN, Transport
 from vecsample.errors import ConfigError
-from vecsample.machine import usable_cores
+from vecsample.machine import ensure_fds, usable_cores
 from vecsample.options import AUTO_SPIN_US, Options
 
 if TYPE_CHECKING:  # names in annotations: the records are the sampler's to import
@@ -110,6 +110,7 @@ class Layout:
         o = options
         check_workers(o.num_workers, envs.count, o.uneven_split)
         k = check_pipeline(o.pipeline, o.num_workers, envs.count, o.uneven_split)
+        ensure_fds(o.num_workers * k)  # the workers' pipes and handles, before any starts
         return cls(
             env_fns=envs.fns, options=o, num_envs=envs.count,
             context=resolve_context(o.context), spin_s=spin_seconds(o.spin_us, o.num_workers),
