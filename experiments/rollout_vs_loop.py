@@ -26,7 +26,7 @@ import os
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -163,5 +163,9 @@ def main(args: Args) -> None:
             json.dump({"args": asdict(args), "results": results}, f, indent=1)
 
 
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    return tyro.cli(Args, description=__doc__, args=argv)
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

@@ -240,6 +240,23 @@ def test_seeded_runs_repeat() -> None:
     assert not torch.equal(a[0], c[0])
 
 
+def test_a_pipelined_meta_batch_repeats_and_fills_every_episode() -> None:
+    """pipeline=True (was refused): each process serves two halves, each sent again as soon
+    as its step is in; seeded runs repeat, and every episode is whole."""
+    def run(seed: int) -> tuple[list[list[BatchEpisodes]], list[BatchEpisodes]]:
+        torch.manual_seed(0)
+        with meta_sampler("2DNavigation-v0", batch_size=4, num_workers=2, seed=seed,
+                          options=Options(pipeline=True)) as s:
+            got = s.sample(s.sample_tasks(2))
+            assert s._vec is not None and s._vec.num_slots == 4  # two halves a process
+            return got
+
+    (train_a, valid_a), (train_b, valid_b) = run(3), run(3)
+    for x, y in zip([*train_a[0], *valid_a], [*train_b[0], *valid_b], strict=True):
+        check_batch(x, 4, "2DNavigation-v0")
+        assert torch.equal(x.actions, y.actions) and torch.equal(x.observations, y.observations)
+
+
 # --- lifetime and failures -------------------------------------------------------------------
 
 

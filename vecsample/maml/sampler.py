@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -224,7 +224,7 @@ class MultiTaskSampler:
             the envs), ``infos`` (on only for ``episode_info_keys``) and the VecSampler's seed
             (drawn from ``seed``), and ``spin_us`` where you leave it unset (0: the workers
             step for milliseconds while this process infers, so a spin would only take their
-            cores); ``pipeline``, ``record`` and ``replay`` are refused.
+            cores); ``record`` and ``replay`` are refused.
         batch_envs: Whether to sample the batch-native form of ``env_name`` where it has one
             (``vecsample.envs.BATCH_IDS``: HalfCheetahVel/Dir, AntVel/Dir/Pos, docs/
             mujoco_batch.md): each worker then steps one ``HostedVector`` of its block (one
@@ -512,8 +512,10 @@ class MultiTaskSampler:
 class _Rollout:
     """One round: every env plays one episode; per-task BatchEpisodes come out.
 
-    Each worker is sent again as soon as its reply is read, so the inference for one worker's
-    envs overlaps the other workers' env steps.
+    Each worker is sent again as soon as its reply is read (partial batches: every worker done
+    at the first arrival, read as one result and sent again in one call), so the inference for
+    one worker's envs overlaps the other workers' env steps; with ``pipeline`` the halves of a
+    process's block overlap too.
     """
 
     def __init__(
@@ -541,11 +543,9 @@ class _Rollout:
     def run(self) -> list[BatchEpisodes]:
         obs, _ = self.vec.reset()
         self.obs = np.array(obs, dtype=np.float32)  # a copy: the shm view changes on every step
-        for w in range(self.vec.num_slots):
-            self._send(w)
+        self._send(range(self.vec.num_slots))
         while self.sent_at:
-            for result in self._receive():
-                self._send(self._record(result))
+            self._send(self._record(self._receive()))
         size, request = self.batch_size, self.request
         batches = [self.steps.batch(k * size, (k + 1) * size, request.gamma, request.device)
                    for k in range(len(request.tasks))]
@@ -555,13 +555,14 @@ class _Rollout:
         return batches
 
     def _receive(self) -> list[StepResult]:
-        """A partial batch; polls in slices of POLL_S so that close() is noticed."""
+        """A partial batch (one result, or the per-worker results an expired slice carried);
+        polls in slices of POLL_S so that close() is noticed."""
         while True:
             if self.sampler._stop.is_set():
                 raise errors.ClosedError("The MultiTaskSampler was closed while sampling.")
             slice_s = max(0.0, min(POLL_S, self._left()))
             try:
-                return self.vec.step_recv(0.0, deadline=slice_s)
+                return [self.vec.recv_batch(0.0, deadline=slice_s)]
             except errors.DeadlineExceededError as exc:
                 if exc.results:
                     return list(exc.results)
@@ -578,14 +579,24 @@ class _Rollout:
             return math.inf
         return min(self.sent_at.values()) + self.sampler.deadline - time.monotonic()
 
-    def _send(self, w: int) -> None:
-        ids = self.vec.worker_env_ids(w)
-        block = slice(ids.start, ids.stop)
-        if not self.active[block].any():
+    def _send(self, workers: Iterable[int]) -> None:
+        """Acts for each of ``workers`` with an env still in its episode and sends them all
+        again in one call (``step_send_many``: their rows one block after another)."""
+        going, blocks = [], []
+        for w in workers:
+            ids = self.vec.worker_env_ids(w)
+            if not self.active[ids.start : ids.stop].any():
+                continue
+            self._act(ids, None if self.request.generators is None
+                      else self.request.generators[w])
+            going.append(w)
+            blocks.append(np.arange(ids.start, ids.stop))
+        if not going:
             return
-        self._act(ids, None if self.request.generators is None else self.request.generators[w])
-        self.vec.step_send(w, self.actions[block])
-        self.sent_at[w] = time.monotonic()
+        self.vec.step_send_many(np.array(going), self.actions[np.concatenate(blocks)])
+        now = time.monotonic()
+        for w in going:
+            self.sent_at[w] = now
 
     def _act(self, ids: range, generator: torch.Generator | None) -> None:
         """Actions for the active envs of ``ids``: one forward per shared parameter set (the
@@ -627,27 +638,29 @@ class _Rollout:
         """The envs of ``ids`` still in their episode (never a spare env), in order."""
         return ids.start + np.flatnonzero(self.active[ids.start : ids.stop])
 
-    def _record(self, result: StepResult) -> int:
-        """Appends the step of every env that was active, retires those that ended.
-
-        Returns the worker, idle again."""
-        ids, worker = result.block, result.worker
-        if worker is None:
-            raise errors.PendingCallError("step_recv returned a result without its worker.")
-        del self.sent_at[worker]
-        rows = self._active_rows(ids)
-        if rows.size:
-            self.steps.append(rows, self.obs[rows], self.actions[rows],
-                              np.asarray(result.rewards)[rows - ids.start])
-        for g, info in result.infos.items():  # only envs whose episode ended have one
-            for key, values in self.ends.items():
-                if g < self.num_real and self.active[g] and key in info:
-                    values[g] = info[key]
-        block = slice(ids.start, ids.stop)
-        ended = np.asarray(result.terminated) | np.asarray(result.truncated)
-        self.active[block] &= ~ended
-        self.obs[block] = result.obs
-        return worker
+    def _record(self, results: list[StepResult]) -> list[int]:
+        """Appends the step of every env that was active, retires those that ended; the
+        workers received, idle again."""
+        received: list[int] = []
+        for result in results:
+            workers = (result.workers.tolist() if result.workers is not None
+                       else [result.worker] if result.worker is not None else [])
+            for w in workers:
+                del self.sent_at[w]
+            received += workers
+            ids = np.asarray(result.env_ids)
+            active = self.active[ids]
+            if active.any():
+                rows = ids[active]
+                self.steps.append(rows, self.obs[rows], self.actions[rows],
+                                  np.asarray(result.rewards)[active])
+            for g, info in result.infos.items():  # only envs whose episode ended have one
+                for key, values in self.ends.items():
+                    if g < self.num_real and self.active[g] and key in info:
+                        values[g] = info[key]
+            self.active[ids] &= ~(np.asarray(result.terminated) | np.asarray(result.truncated))
+            self.obs[ids] = result.obs
+        return received
 
 
 def _vec_sampler(sampler: MultiTaskSampler, num_envs: int, num_workers: int) -> VecSampler:
@@ -679,7 +692,6 @@ _FIXED: dict[str, tuple[Any, str]] = {
     "autoreset_mode": (AutoresetMode.DISABLED, "one episode per env and round"),
     # Gaussian samples are unbounded; the task envs clip them, as pytorch-maml-rl's do.
     "check_actions": (False, "the task envs clip Gaussian actions"),
-    "pipeline": (False, "each round steps every worker's whole block"),
     "record": (None, "its VecSampler is rebuilt when the number of tasks changes"),
     "replay": (None, "its VecSampler is rebuilt when the number of tasks changes"),
 }
