@@ -8,6 +8,7 @@ visible, and from FixedActionPolicy, whose action is its weights.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import itertools
@@ -290,3 +291,40 @@ def test_ppo_ray_example_runs_on_a_tiny_budget(
     args = module.Args(total_steps=64, actors=1, envs_per_actor=2, chunk_length=16, epochs=1)
     curve = module.train(args)
     assert len(curve) == 2  # 64 steps in chunks of 16 x 2
+
+
+class _CounterPolicy:
+    """Action = the env's step counter mod 4, with an extra ``v`` = 10 * env + t: every row of
+    a chunk is known in advance, whatever order the workers' steps arrive in."""
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return obs[:, 1].astype(np.int64) % 4, {"v": 10 * obs[:, 0] + obs[:, 1]}
+
+    def set_weights(self, weights: Any) -> None:
+        pass
+
+
+def test_a_chunk_of_partial_batches_holds_every_envs_steps_in_their_rows() -> None:
+    """An actor's chunk is collected in partial batches (issue 38 item 2): worker 0's envs
+    are slow, worker 1's fast, so worker 1 runs ahead; every env's t-th step is row t, and
+    the episodes are listed by row, then env, as a full batch lists them."""
+    from vecsample import AutoresetMode, VecSampler
+    from vecsample.ray import ChunkCollector
+    from vecsample.testing import SlowEnv
+
+    env_fns = [functools.partial(SlowEnv, env_index=i, step_time=0.01 if i < 2 else 0.0,
+                                 length=3) for i in range(4)]
+    with VecSampler(env_fns, num_workers=2, seed=0,
+                    autoreset_mode=AutoresetMode.SAME_STEP) as sampler:
+        chunk = ChunkCollector(sampler, _CounterPolicy()).collect(7)
+        received = sampler.stats()
+    t = np.array([0, 1, 2, 0, 1, 2, 0], dtype=np.float64)  # the counter each row was acted on
+    np.testing.assert_array_equal(chunk.obs[:, :, 1], np.repeat(t[:, None], 4, axis=1))
+    np.testing.assert_array_equal(chunk.obs[:, :, 0], np.tile(np.arange(4.0), (7, 1)))
+    np.testing.assert_array_equal(chunk.actions, chunk.obs[:, :, 1].astype(np.int64) % 4)
+    np.testing.assert_array_equal(chunk.rewards, chunk.actions.astype(np.float32))
+    np.testing.assert_array_equal(chunk.extras["v"], 10 * chunk.obs[:, :, 0] + chunk.obs[:, :, 1])
+    assert chunk.terminated.sum(axis=1).tolist() == [0, 0, 4, 0, 0, 4, 0]
+    assert chunk.episode_lengths.tolist() == [3] * 8
+    assert chunk.episode_returns.tolist() == [3.0] * 8  # 0 + 1 + 2 each
+    assert received["workers_received"] < 2 * received["recvs"]  # partial batches happened

@@ -102,7 +102,7 @@ def uneven() -> Iterator[VecSampler]:
 
 
 def test_full_batches_fill_the_hand_checked_rows(counting: VecSampler) -> None:
-    rollout = Rollout(counting, CountingPolicy(), T, device="cpu")
+    rollout = Rollout(counting, CountingPolicy(), T, device="cpu", timeout=None)
     batch = rollout.collect()
     assert batch.obs.shape == (T, N, 4) and batch.obs.dtype == torch.float32
     _assert_hand_checked(rollout)
@@ -124,6 +124,28 @@ def test_partial_batches_fill_the_same_rows(uneven: VecSampler) -> None:
     stats = uneven.stats()
     assert stats["workers_received"] < stats["recvs"] * 2, "expected at least one partial batch"
     _assert_hand_checked(rollout)
+
+
+def test_the_default_partial_batches_hold_the_same_data_as_full_batches() -> None:
+    """The default (partial batches: no barrier) against timeout=None (a barrier every step),
+    from two samplers of the same uneven envs: every tensor of several rollouts is equal."""
+    env_fns = [
+        functools.partial(SlowEnv, env_index=i, step_time=0.01 if i < 2 else 0.0, length=LENGTH)
+        for i in range(N)
+    ]
+    batches = {}
+    for timeout in ("default", None):
+        with VecSampler(env_fns, num_workers=2, seed=0) as sampler:
+            kwargs = {} if timeout == "default" else {"timeout": None}
+            rollout = Rollout(sampler, CountingPolicy(), T, device="cpu", **kwargs)
+            batches[timeout] = [rollout.collect() for _ in range(2)][-1]
+            stats = sampler.stats()
+        if timeout == "default":
+            assert stats["workers_received"] < 2 * stats["recvs"], "no partial batch happened"
+    for name in ("obs", "actions", "rewards", "terminated", "truncated", "final_obs",
+                 "has_final_obs", "next_obs"):
+        assert torch.equal(getattr(batches["default"], name), getattr(batches[None], name)), name
+    assert torch.equal(batches["default"].extras["value"], batches[None].extras["value"])
 
 
 def test_the_next_rollout_continues_where_the_last_one_stopped(counting: VecSampler) -> None:

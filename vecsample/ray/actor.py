@@ -28,6 +28,7 @@ import ray
 from vecsample import errors
 from vecsample.options import Options
 from vecsample.ray.errors import PolicyError
+from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.types import AutoresetMode, EnvFn
 
@@ -124,11 +125,19 @@ class ChunkCollector:
         self._act_array = _single_array(sampler.single_action_space, "action")
         obs, _ = sampler.reset(seed=seed)
         self._obs = np.array(obs)  # our own copy: the views are overwritten by the next step
+        #: Each worker's first env and block size: a partial batch's rows, worker by worker.
+        blocks = [sampler.worker_env_ids(w) for w in range(sampler.num_slots)]
+        self._first = np.array([b.start for b in blocks], np.int64)
+        self._sizes = np.array([len(b) for b in blocks], np.int64)
         self._returns = np.zeros(sampler.num_envs, np.float64)
         self._lengths = np.zeros(sampler.num_envs, np.int64)
 
     def collect(self, length: int) -> Chunk:
-        """Runs ``length`` steps of every env; the envs carry on from chunk to chunk."""
+        """Runs ``length`` steps of every env; the envs carry on from chunk to chunk. Each
+        worker gets its next actions as soon as its step arrives (partial batches: one result
+        for the workers done at the first arrival, ``recv_batch(0)``, sent again in one call),
+        so the actor's workers step while its policy runs; every env's ``t``-th step still
+        lands in row ``t``, and the episodes are listed as a full batch would list them."""
         n = self.sampler.num_envs
         chunk = Chunk(
             obs=_empty(length, n, self._obs_array), actions=_empty(length, n, self._act_array),
@@ -138,61 +147,81 @@ class ChunkCollector:
             next_obs=self._obs, extras={}, episode_returns=np.empty(0),
             episode_lengths=np.empty(0, np.int64),
         )
-        ended: list[tuple[float, int]] = []
-        for t in range(length):
-            self._step(chunk, t, ended)
+        pos = np.zeros(n, np.int64)
+        ended: list[tuple[int, int, float, int]] = []  # (row, env, return, length)
+        chunk.obs[0] = self._obs
+        self.sampler.send_all(self._act_rows(chunk, pos, np.arange(n)))
+        flying = self.sampler.num_slots
+        while flying:
+            r = self.sampler.recv_batch(0.0)
+            assert r.workers is not None
+            flying -= len(r.workers)
+            ids = np.asarray(r.env_ids)
+            self._store_step(chunk, pos[ids], ids, r, ended)
+            pos[ids] += 1
+            more = pos[self._first[r.workers]] < length  # per worker: all its envs alike
+            if more.any():
+                rows = ids[np.repeat(more, self._sizes[r.workers])]
+                chunk.obs[pos[rows], rows] = self._obs[rows]
+                self.sampler.step_send_many(r.workers[more], self._act_rows(chunk, pos, rows))
+                flying += int(more.sum())
+        ended.sort()
         chunk.next_obs = self._obs.copy()
-        chunk.episode_returns = np.array([r for r, _ in ended], np.float64)
-        chunk.episode_lengths = np.array([k for _, k in ended], np.int64)
+        chunk.episode_returns = np.array([r for _, _, r, _ in ended], np.float64)
+        chunk.episode_lengths = np.array([k for _, _, _, k in ended], np.int64)
         return chunk
 
-    def _step(self, chunk: Chunk, t: int, ended: list[tuple[float, int]]) -> None:
-        chunk.obs[t] = self._obs
-        actions, extras = self._act()
-        self._store_extras(chunk, t, extras)
-        # The sampler checks the actions first (an ActionError, as for any VecSampler user);
-        # nothing here has written them anywhere yet.
-        result = self.sampler.step(actions)
-        chunk.actions[t] = actions
-        chunk.rewards[t] = result.rewards
-        chunk.terminated[t] = result.terminated
-        chunk.truncated[t] = result.truncated
-        done = result.terminated | result.truncated
-        if result.has_final_obs.any():
-            chunk.final_obs[t][result.has_final_obs] = result.final_obs[result.has_final_obs]
-        np.copyto(self._obs, result.obs)
-        self._count_episodes(result.rewards, done, ended)
+    def _act_rows(self, chunk: Chunk, pos: np.ndarray, rows: np.ndarray) -> Any:
+        """The policy's actions for envs ``rows`` at their rows ``pos[rows]``, stored there
+        with its extras."""
+        actions, extras = self._act(self._obs[rows])
+        self._store_extras(chunk, pos[rows], rows, extras)
+        # The sampler checks the actions as it sends them (an ActionError, as for any
+        # VecSampler user); a chunk whose send raised is lost, as a step that raised was.
+        chunk.actions[pos[rows], rows] = actions
+        return actions
 
-    def _act(self) -> tuple[Any, dict[str, Any]]:
+    def _store_step(self, chunk: Chunk, t: np.ndarray, ids: np.ndarray, r: StepResult,
+                    ended: list[tuple[int, int, float, int]]) -> None:
+        """A result's rows at their envs' rows ``t``; the episodes that ended, listed."""
+        chunk.rewards[t, ids] = r.rewards
+        chunk.terminated[t, ids] = r.terminated
+        chunk.truncated[t, ids] = r.truncated
+        has = np.asarray(r.has_final_obs)
+        if has.any():
+            chunk.final_obs[t[has], ids[has]] = np.asarray(r.final_obs)[has]
+        self._obs[ids] = r.obs
+        done = np.asarray(r.terminated) | np.asarray(r.truncated)
+        self._returns[ids] += r.rewards
+        self._lengths[ids] += 1
+        for j in np.flatnonzero(done):
+            env = int(ids[j])
+            ended.append((int(t[j]), env, float(self._returns[env]), int(self._lengths[env])))
+        self._returns[ids[done]] = 0.0
+        self._lengths[ids[done]] = 0
+
+    def _act(self, obs: np.ndarray) -> tuple[Any, dict[str, Any]]:
         try:
-            return self.policy.act(self._obs)
+            return self.policy.act(obs)
         except Exception as exc:  # the policy's own error, typed: the actor and its envs are fine
             raise policy_error("act", exc, "fix the policy's act(); this chunk is lost, the next "
                                "request tries again") from None
 
-    def _store_extras(self, chunk: Chunk, t: int, extras: dict[str, Any]) -> None:
-        n = self.sampler.num_envs
+    def _store_extras(self, chunk: Chunk, t: np.ndarray, rows: np.ndarray,
+                      extras: dict[str, Any]) -> None:
         for name, value in extras.items():
             value = np.asarray(value)
             if name not in chunk.extras:
-                chunk.extras[name] = np.empty((len(chunk.obs), *value.shape), value.dtype)
-            if value.shape[:1] != (n,) or value.shape != chunk.extras[name].shape[1:]:
+                chunk.extras[name] = np.empty((*chunk.rewards.shape, *value.shape[1:]),
+                                              value.dtype)
+            if value.shape[:1] != rows.shape or value.shape[1:] != chunk.extras[name].shape[2:]:
                 raise PolicyError(
                     call="act", exc_type="",
                     message=f"extras[{name!r}] has shape {value.shape}, expected "
-                    f"{chunk.extras[name].shape[1:]} (one row per env, the same every step)",
+                    f"{(len(rows), *chunk.extras[name].shape[2:])} (one row per observation, "
+                    f"the same every step)",
                     fix="return one row per observation for every extra")
-            chunk.extras[name][t] = value
-
-    def _count_episodes(
-        self, rewards: np.ndarray, done: np.ndarray, ended: list[tuple[float, int]]
-    ) -> None:
-        self._returns += rewards
-        self._lengths += 1
-        for j in np.flatnonzero(done):
-            ended.append((float(self._returns[j]), int(self._lengths[j])))
-        self._returns[done] = 0.0
-        self._lengths[done] = 0
+            chunk.extras[name][t, rows] = value
 
     def close(self) -> None:
         self.sampler.close()

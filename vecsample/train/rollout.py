@@ -8,12 +8,15 @@
   preallocated flat buffer (:class:`vecsample.train.device.WeightSync`); the sync is timed.
 * **Placement.** ``device="auto"`` measures inference, a training step and the transfers on each
   available device and chooses where to sample and where to train (:mod:`vecsample.train.device`).
-* **Partial batches.** With ``timeout=<seconds>`` the rollout sends each worker its actions as
-  soon as that worker's step arrives (``step_recv(timeout)``), instead of waiting for the slowest
-  one. Each env keeps its own position ``t``, so whatever order steps arrive in, env ``i``'s
-  ``k``-th step lands in row ``k`` of column ``i``: the batch has the same layout as with full
-  batches (and, for a deterministic policy, the same data; the tests check this). An env that
-  has its ``T`` steps waits for the others.
+* **Partial batches, by default.** The rollout sends each worker its next actions as soon as
+  that worker's step arrives (``timeout``: the window after the first arrival, 0 by default,
+  for the others already done; ``recv_batch(timeout)`` and ``step_send_many``, one call each
+  whatever the number of workers), instead of waiting for the slowest one: the workers step
+  while the policy runs. Each env keeps its own position ``t``, so whatever order steps arrive
+  in, env ``i``'s ``k``-th step lands in row ``k`` of column ``i``: the batch has the same
+  layout as with full batches (and, for a deterministic policy, the same data; the tests check
+  this). An env that has its ``T`` steps waits for the others. ``timeout=None`` steps full
+  batches, as a loop over ``VecSampler.step`` does.
 
 Storage lives on ``storage_device`` (the CPU by default), in pinned memory when a GPU is
 involved. Host-to-device copies are ``non_blocking`` only where that is safe: the source is
@@ -165,9 +168,10 @@ class Rollout:
             optimizer after the Rollout).
         storage_device: Where the batch lives (the CPU by default); pinned host memory when a
             GPU is involved.
-        timeout: ``None`` steps full batches; seconds step partial batches: each worker gets
-            its next actions as soon as its step arrives (``step_recv(timeout)``). The batch has
-            the same layout either way.
+        timeout: The partial batches' window (``recv_batch(timeout)``): each worker gets its
+            next actions as soon as its step arrives, with the others done within ``timeout``
+            seconds of it (default 0: those already done). ``None`` steps full batches (a
+            barrier every step). The batch has the same layout either way.
         seed: Passed to the sampler's ``reset(seed=...)`` at the first ``collect`` only.
         clip_actions: Clip ``Box`` actions to the action space before they are sent; the batch
             stores them as ``act`` returned them. Other spaces are never clipped.
@@ -212,7 +216,7 @@ class Rollout:
         act: Act | None = None,
         device: str | torch.device = "auto",
         storage_device: str | torch.device = CPU,
-        timeout: float | None = None,
+        timeout: float | None = 0.0,
         seed: int | None = None,
         clip_actions: bool = True,
         minibatch_size: int | None = None,
