@@ -40,6 +40,7 @@ BAD: dict[str, tuple[Any, str]] = {
     "max_restarts": (-1, "an int >= 0"),
     "spin_us": (float("inf"), "a number of microseconds from 0 to 10000"),
     "uneven_split": ("no", "True or False"),
+    "placement_costs": ("cheap", "None or (round_trip_s, block_s)"),
     "pipeline": (1, "True or False"),
     "record": (3, "None or a file path"),
     "replay": (b"run.log", "None or a file path"),
@@ -296,8 +297,8 @@ def test_multitasksampler_takes_options_and_refuses_what_it_sets():
         assert (o.seed, o.num_workers, o.restart, o.deadline) == (3, 2, True, 9.0)
         assert o.autoreset_mode is AutoresetMode.DISABLED and not o.check_actions
         assert (sampler.num_workers, sampler.deadline) == (2, 9.0)
-    with pytest.raises(errors.ConfigError, match="pipeline must be False on MultiTaskSampler"):
-        maml.MultiTaskSampler(*args, options=Options(pipeline=True))
+    with pytest.raises(errors.ConfigError, match="record must be None on MultiTaskSampler"):
+        maml.MultiTaskSampler(*args, options=Options(record="run.log"))
 
 
 # --- the replay header is built from the options ------------------------------------------------

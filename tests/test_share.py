@@ -697,3 +697,19 @@ def test_parent_runs_every_block_here_with_no_process_pipe_or_stand_in(make_samp
         assert r.obs[:, 1].tolist() == [t % 3] * 4
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert after <= before, after - before  # no process was started for it
+
+
+def test_auto_prices_a_step_with_the_costs_the_options_give(make_sampler, monkeypatch):
+    """Options.placement_costs replaces the built-in prices: a round trip priced at nothing
+    sends a block of real envs to the workers; one priced at a second keeps it here."""
+    monkeypatch.setattr(startup, "_warned", set())
+    monkeypatch.setattr(autoplace, "usable_cores", lambda: 4)
+    monkeypatch.setattr(autoplace, "time_block", lambda *args: 1e-3)  # a 1 ms block
+    cheap = make_sampler(fns(CountingEnv, 4), num_workers=2, env_placement="auto",
+                         placement_costs=(0.0, 0.0))
+    dear = make_sampler(fns(CountingEnv, 4), num_workers=2, env_placement="auto",
+                        placement_costs=(0.9, 0.0))
+    assert cheap.layout.env_placement == "workers" and dear.layout.env_placement == "parent"
+    assert "900000 µs for the wait for a worker process" in dear.layout.placement_reason
+    with pytest.raises(errors.ConfigError, match="placement_costs"):
+        make_sampler(fns(CountingEnv, 4), num_workers=2, placement_costs=(-1, 0))

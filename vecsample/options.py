@@ -169,6 +169,22 @@ def _placement(value: Any, name: str) -> str:
     return str(value)
 
 
+def _costs(value: Any, name: str) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        round_trip, block = (float(v) for v in value)
+    except (TypeError, ValueError):
+        round_trip = block = -1.0
+    if not (0.0 <= round_trip < 1.0 and 0.0 <= block < 1.0):
+        raise ConfigError(name=name, expected="None or (round_trip_s, block_s): two numbers of "
+                          "seconds in [0, 1)", got=value, fix="pass the seconds that waiting on "
+                          "a worker process adds to a step and that one more block costs this "
+                          "process beyond its envs, e.g. (15e-6, 5e-6); or None for the built-in "
+                          "ones")
+    return round_trip, block
+
+
 def _workers(value: Any, name: str) -> int:
     return check_int(value, name, fix="pass how many worker processes to start")
 
@@ -327,6 +343,15 @@ class Options(_NotesGiven):
     API and the data are the same whichever runs them. A block in this process gives up two
     guarantees: an env that hangs there cannot be killed, and one that crashes the process
     takes the trainer with it (docs/reliability.md, "The parent's share")."""
+
+    placement_costs: tuple[float, float] | None = field(
+        default=None, metadata=_checked(_costs, tuning=True))
+    """What ``env_placement="auto"`` charges a step beyond the envs' own time, in seconds:
+    ``(round_trip_s, block_s)``, the wait for a worker process (its post, pick-up, publish and
+    read) and one more block in the process that steps it (its bookkeeping and rows). None:
+    the built-in prices (``vecsample._parent.autoplace``: measured on a 2-core VM, where they
+    come from is in its docstring); set your machine's to move the choice, or a test's to pin
+    it."""
 
     def __post_init__(self) -> None:
         # Frozen, so the normalised values go in through object.__setattr__, before anyone can

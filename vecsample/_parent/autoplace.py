@@ -37,13 +37,14 @@ if TYPE_CHECKING:
 
 #: What waiting for a worker process adds to a step beyond its envs' time, where the worker
 #: spins on a core of its own (the step is posted, seen, published and read through shared
-#: memory): 7-21 µs on the 2-core development VM, from steps of CartPole x 4 and x 8 with
-#: CleanRL's MLP (one block here against two, and a share; docs/benchmarks.md, "Small
-#: workloads"). A constant, not measured at start: timing it would mean starting the worker
-#: processes that the choice may do without.
+#: memory): 7-21 µs on the 2-core development VM (Intel Xeon, Python 3.11, commit 75f589e),
+#: from steps of CartPole x 4 and x 8 with CleanRL's MLP (one block here against two, and a
+#: share; docs/lab/benchmarks.md, "Small workloads", ``experiments/small_workloads.py``). A
+#: constant, not measured at start: timing it would mean starting the worker processes that
+#: the choice may do without. ``Options.placement_costs`` replaces it (and ``BLOCK_S``).
 ROUND_TRIP_S = 15e-6
 #: What one more block costs the process that steps it, beyond its envs' time: 13-14 µs on
-#: the same VM (two blocks stepped here against one, the same envs).
+#: the same VM (two blocks stepped here against one, the same envs; commit 75f589e).
 BLOCK_S = 13e-6
 #: How much cheaper stepping the blocks at once must come out to leave the parent alone: the
 #: device probe's hysteresis (vecsample.train.device, ``margin``).
@@ -65,22 +66,26 @@ def resolve(layout: Layout, spaces: tuple[Space[Any], Space[Any]]) -> Layout:
                                      f"({type(exc).__name__}: {exc}); a worker process "
                                      f"contains an env that fails")
     else:
-        choice, reason = choose(float(block), workers, usable_cores(), size)
+        costs = layout.options.placement_costs or (ROUND_TRIP_S, BLOCK_S)
+        choice, reason = choose(float(block), workers, usable_cores(), size, costs)
     warn_once(f"env_placement {choice} {layout.num_envs} {workers}",
               f"env_placement='auto' chose {choice!r}: {reason}", PlacementNotice)
     return dataclasses.replace(layout, env_placement=choice, placement_reason=reason)
 
 
-def choose(block: float, workers: int, cores: int, block_envs: int) -> tuple[str, str]:
+def choose(block: float, workers: int, cores: int, block_envs: int,
+           costs: tuple[float, float] = (ROUND_TRIP_S, BLOCK_S)) -> tuple[str, str]:
     """The placement for blocks of ``block`` seconds a step (``block_envs`` envs each), in
-    ``workers`` workers on ``cores`` cores, and why (the module docstring's prices)."""
-    each = block + BLOCK_S
+    ``workers`` workers on ``cores`` cores, and why, at ``costs`` = (round trip, one block
+    more) seconds (the module docstring's prices)."""
+    round_trip, block_cost = costs
+    each = block + block_cost
     serial = workers * each
-    split = each * max(1.0, workers / cores) + ROUND_TRIP_S
+    split = each * max(1.0, workers / cores) + round_trip
     prices = (f"a block of {block_envs} envs took {block * 1e6:.0f} µs a step here, so "
               f"{workers} blocks take about {serial * 1e6:.0f} µs stepped one after another "
               f"in this process, {split * 1e6:.0f} µs stepped at once on {cores} cores (with "
-              f"{BLOCK_S * 1e6:.0f} µs a block beyond its envs, and {ROUND_TRIP_S * 1e6:.0f} µs "
+              f"{block_cost * 1e6:.0f} µs a block beyond its envs, and {round_trip * 1e6:.0f} µs "
               f"for the wait for a worker process)")
     if serial <= split * (1 + MARGIN):
         return "parent", f"{prices}: worker processes would not pay for themselves."
