@@ -333,6 +333,50 @@ def transport_reads(source: str, filename: str) -> list[str]:
     return found
 
 
+#: The commands' frame (``sampler._guarded`` and its inner ``guarded``): it claims the same
+#: way, and also turns an error met under another thread's close() into ClosedError.
+COMMAND_FRAME = frozenset({"_guarded", "guarded"})
+
+
+def unguarded_calls(source: str, filename: str) -> list[str]:
+    """The hot path's guard frame, as ``guard.py`` writes it, checked: every method that
+    claims the guard (``restore = guard.claim(...)``) claims first (``guard = self._guard``,
+    then the claim) and then runs everything in one ``try`` whose ``finally`` only stores
+    ``guard.idle = restore`` (a store, no call: nothing runs between the post and the return).
+    A frame "tidied" into a context manager, or a call after the store, is named."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if not isinstance(node, ast.FunctionDef) or "guard.claim(" not in ast.unparse(node):
+            continue
+        body = [b for b in node.body if not (isinstance(b, ast.Expr)
+                                             and isinstance(b.value, ast.Constant))]
+        texts = [ast.unparse(b) for b in body[:2]]
+        frame = (len(body) == 3 and texts[0] == "guard = self._guard"
+                 and texts[1].startswith("restore = guard.claim(")
+                 and isinstance(body[2], ast.Try)
+                 and [ast.unparse(f) for f in body[2].finalbody] == ["guard.idle = restore"])
+        if not frame and node.name not in COMMAND_FRAME:
+            found.append(f"{filename}:{node.lineno} {node.name}")
+    return found
+
+
+def calls_after_commit(source: str, filename: str) -> list[str]:
+    """Every function that ends a section with ``signals.commit()`` must make it the last
+    call: alone in a ``finally`` that ends the function, or is followed by no call (a
+    ``return name``). CPython runs signal handlers at calls, so a call after the commit could
+    raise a KeyboardInterrupt out of a call that did its work."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if not isinstance(node, ast.FunctionDef) or "signals.commit()" not in ast.unparse(node):
+            continue
+        tries = [i for i, b in enumerate(node.body) if isinstance(b, ast.Try) and
+                 [ast.unparse(f) for f in b.finalbody] == ["signals.commit()"]]
+        after = node.body[tries[-1] + 1:] if tries else []
+        if not tries or any(isinstance(n, ast.Call) for b in after for n in ast.walk(b)):
+            found.append(f"{filename}:{node.lineno} {node.name}")
+    return found
+
+
 # --- the checks on the package --------------------------------------------------------------------
 
 
@@ -366,6 +410,35 @@ def test_transport_reads_can_fail():
     reader = "def decide_transport():\n    return h.MACHINE\nh.MACHINE\n"
     assert transport_reads(reader, TRANSPORT_READER[0]) == [f"{TRANSPORT_READER[0]}:3 MACHINE"]
     assert transport_reads("'MACHINE'  # ordered futex\n", "c.py") == []
+
+
+def test_the_hot_paths_statement_order_holds():
+    """The rules guard.py, signals.py and the channel write in comments, checked: the guard
+    frame of every step-API call, and no call after a ``signals.commit()``."""
+    frames = unguarded_calls((PACKAGE / "sampler.py").read_text(), "vecsample/sampler.py")
+    assert not frames, "guard frames broken:\n" + "\n".join(frames)
+    commits = [o for path in sorted((PACKAGE / "_parent").glob("*.py"))
+               for o in calls_after_commit(path.read_text(), _relative(path))]
+    assert not commits, "a call after signals.commit():\n" + "\n".join(commits)
+    assert "signals.commit()" in (PACKAGE / "_parent" / "channel.py").read_text()
+
+
+def test_the_statement_order_checks_can_fail():
+    good = ("def step(self):\n    guard = self._guard\n    restore = guard.claim('s')\n"
+            "    try:\n        pass\n    finally:\n        guard.idle = restore\n")
+    assert unguarded_calls(good, "s.py") == []
+    tidied = ("def step(self):\n    restore = self._guard.claim('s')\n    with x:\n"
+              "        pass\n")
+    assert unguarded_calls(tidied, "s.py") == ["s.py:1 step"]
+    called = good.replace("guard.idle = restore", "guard.release(restore)")
+    assert unguarded_calls(called, "s.py") == ["s.py:1 step"]
+    ok = ("def send(self):\n    signals.enter()\n    try:\n        post()\n"
+          "    finally:\n        signals.commit()\n    return x\n")
+    assert calls_after_commit(ok, "c.py") == []
+    late = ok.replace("return x", "return log(x)")
+    assert calls_after_commit(late, "c.py") == ["c.py:1 send"]
+    tail = ok.replace("        signals.commit()\n", "        signals.commit()\n        tidy()\n")
+    assert calls_after_commit(tail, "c.py") == ["c.py:1 send"]
 
 
 def test_the_core_imports_no_integration_or_tool():

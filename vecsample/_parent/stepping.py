@@ -176,7 +176,7 @@ class StepChannel(Channel):
         record is not blank, stores are not ordered, a worker died, the deadline passed, or a
         reply came on a pipe; the general ``collect`` then finds the finished steps unread. A
         SIGINT once the steps are taken is held for the next call: the batch is returned."""
-        if self._marked or not self._hs.ordered:
+        if self._marked or not self._hs.counters_tell():
             return None
         started = time.perf_counter()
         end = deadline.wait_end()

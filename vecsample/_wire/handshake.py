@@ -498,6 +498,11 @@ class ParentSide:
         self.expect = list(self.seq)
         self._batch = self.seq_words.copy()
 
+    def counters_tell(self) -> bool:
+        """Whether the counters alone tell which steps are done (stores ordered): what a
+        partial batch read at a fixed cost needs (elsewhere only the rings tell)."""
+        return self.ordered
+
     def batch_posted(self) -> bool:
         """Whether the steps in flight were posted together by ``post_all`` (and none was
         posted, read or reset on its own since): ``all_done`` can then tell when they end,

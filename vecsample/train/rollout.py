@@ -138,6 +138,13 @@ def _spaces(sampler: VecSampler, clip: bool) -> tuple[tuple[int, ...], gym.Space
     return obs_shape, action_space, clip and isinstance(action_space, gym.spaces.Box)
 
 
+def _blocks(sampler: VecSampler) -> tuple[np.ndarray, np.ndarray]:
+    """Each worker's first env and its block's size."""
+    blocks = [sampler.worker_env_ids(w) for w in range(sampler.num_slots)]
+    return (np.array([b.start for b in blocks], dtype=np.int64),
+            np.array([len(b) for b in blocks], dtype=np.int64))
+
+
 def _default_act(policy: nn.Module, obs: torch.Tensor) -> Mapping[str, torch.Tensor] | torch.Tensor:
     out: Mapping[str, torch.Tensor] | torch.Tensor = policy(obs)
     return out
@@ -240,15 +247,17 @@ class Rollout:
         self.sampler.add_phases(self.timer)
         uses_cuda = "cuda" in (self.rollout_device.type, self.train_device.type)
         self.batch = self._allocate(torch.device(storage_device), pin=uses_cuda)
+        self._start_counting()
+
+    def _start_counting(self) -> None:
+        """What the rollout counts as it collects: episodes, steps, each env's position."""
         self.episodes: list[Episode] = []
         self.global_step = 0
         self._started = False
         self._returns, self._lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, np.int64)
         self._pos = np.zeros(self.num_envs, dtype=np.int64)
         #: Each worker's first env and block size: a partial batch's rows, worker by worker.
-        blocks = [self.sampler.worker_env_ids(w) for w in range(self.sampler.num_slots)]
-        self._first = np.array([b.start for b in blocks], dtype=np.int64)
-        self._sizes = np.array([len(b) for b in blocks], dtype=np.int64)
+        self._first, self._sizes = _blocks(self.sampler)
         self._unfinished = False  # a collect raised (Ctrl-C): the next one recovers first
 
     # --- construction ----------------------------------------------------------------------------
