@@ -203,3 +203,22 @@ def test_the_gymnasium_adapters_errors_live_only_beside_it(name):
     assert hasattr(adapter_errors, name)
     with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
         getattr(errors, name)
+
+
+def test_an_error_is_made_once_with_what_it_carries():
+    """Issue 40 item 6: the results, replies and other losses a call carries go into a copy
+    of the error made as it is raised (``carrying``); the error the call found is unchanged."""
+    from vecsample._parent.channel import Collected
+    from vecsample._parent.pool import Replies
+    from vecsample._parent.restart import RaiseFailures
+
+    first = errors.WorkerError(worker=1, env=2, command="STEP", exc_type="X", message="m")
+    second = errors.WorkerError(worker=3, env=6, command="STEP", exc_type="Y", message="n")
+    got = Collected(results=["a result"], lost=[first, second])  # type: ignore[list-item]
+    with pytest.raises(errors.WorkerError) as info:
+        RaiseFailures().settle(got, [1, 3], False)
+    assert info.value is not first and info.value.worker == 1 and str(info.value) == str(first)
+    assert info.value.results == ["a result"] and info.value.others == [second]
+    assert first.results == [] and first.others == []  # as it was made
+    raised = Replies(ok={0: "reply"}, lost=[first]).first_lost()
+    assert raised.replies == {0: "reply"} and first.replies == {}

@@ -10,6 +10,7 @@ got, and how to fix it.
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -17,11 +18,21 @@ from typing import TYPE_CHECKING, Any
 from gymnasium import error as gym_error
 
 if TYPE_CHECKING:
+    from typing import Self  # Python 3.11: a name for annotations only (3.10 lacks it)
+
     from vecsample.results import StepResult
 
 
 class VecSampleError(Exception):
     """Base class of every error raised by vecsample."""
+
+    def carrying(self, **fields: Any) -> Self:
+        """A copy of this error with ``fields`` set: what the call that raises it carries (the
+        results it read, the replies it got, the other workers it lost). An error is made once
+        and never changed after, so the one a caller holds stays as it was raised."""
+        made = copy.copy(self)
+        made.__dict__.update(fields)
+        return made
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Errors cross processes: a Ray actor's reaches its driver pickled. Most take keyword-only

@@ -22,12 +22,15 @@ import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from vecsample.errors import ConfigError
 from vecsample.types import AutoresetMode, PathArg
+
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11: a name for annotations only (3.10 lacks it)
 
 #: The automatic choice of the options that say "auto" (context) or None (spin_us, ...).
 AUTO = "auto"

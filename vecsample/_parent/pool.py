@@ -76,9 +76,7 @@ class Replies:
     def first_lost(self, answered: dict[int, Any] | None = None) -> Lost:
         """The error to raise for this command: its first loss, carrying the replies of the
         workers that did answer (``answered``, default: this command's)."""
-        error = self.lost[0]
-        error.replies = dict(self.ok if answered is None else answered)
-        return error
+        return self.lost[0].carrying(replies=dict(self.ok if answered is None else answered))
 
     def or_raise(self) -> dict[int, Any]:
         """The replies, or the first loss raised (a command with no way to recover)."""

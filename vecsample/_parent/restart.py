@@ -76,9 +76,7 @@ class RaiseFailures:
             raise errors.DeadlineExceededError(hung_workers=got.hung, deadline=got.bound,
                                                results=got.results)
         if got.lost:
-            first = got.lost[0]
-            first.results, first.others = list(got.results), got.lost[1:]
-            raise first
+            raise got.lost[0].carrying(results=list(got.results), others=got.lost[1:])
         return got.results
 
     def on_lost_in_command(self, replies: Replies, retry: Retry,
@@ -182,8 +180,8 @@ class Restarts:
                 startup=bound.per(self._layout.options.startup_deadline),
                 reinit=functools.partial(self._reinit, bound))
         except errors.WorkerError as exc:  # the rebuild failed too: keep what others returned
-            exc.results = [*results, *exc.results]
-            raise
+            raise exc.carrying(results=[*results, *exc.results]).with_traceback(
+                exc.__traceback__) from exc.__cause__
 
     def _check_limit(self, w: int, reason: str, cause: BaseException,
                      results: list[StepResult]) -> None:
