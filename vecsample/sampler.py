@@ -27,7 +27,7 @@ from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, cast
 import numpy as np
 
 from vecsample import errors, hosted
-from vecsample._parent import autoplace, signals
+from vecsample._parent import autoplace, commands, signals
 from vecsample._parent.channel import Channel
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.guard import CallGuard
@@ -528,9 +528,9 @@ class VecSampler:
         flags = _check_mask(mask, self.num_envs)
         self._log.reset(seed, options, flags)
         seeds = self._seeds.for_reset(seed)
-        payload = self._pool.reset_payload(seeds, options, flags)
-        infos = self._pool.reset_infos(
-            self._command(Command.RESET, self._pool.reset_targets(flags), payload, bound))
+        payload = commands.reset_payload(self.layout, seeds, options, flags)
+        infos = commands.reset_infos(self.layout, self._buffers, self._command(
+            Command.RESET, commands.reset_targets(self.layout, flags), payload, bound))
         self._channel.drop_held()  # respawned workers were reset too: no restart to report
         return self._channel.all_views.obs, infos
 

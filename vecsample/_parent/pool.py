@@ -33,8 +33,6 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-import numpy as np
-
 from vecsample import errors
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
@@ -246,6 +244,12 @@ class WorkerPool:
             self._pidfds[proc] = death
         return proc, [parent for parent, _ in pipes], death
 
+    @property
+    def buffers(self) -> SharedBuffers:
+        """The shared memory the workers write their rows to (a reset's pickled leaves go
+        there too: ``commands.reset_infos``)."""
+        return self._buffers
+
     def pids(self) -> list[int]:
         """Each slot's process id: this process's for a block served here."""
         return [os.getpid() if w in self.local else int(self.procs[w].pid or 0)
@@ -388,33 +392,6 @@ class WorkerPool:
         busy = [w for w in self.procs if self.states.current[w] is WorkerState.BUSY]
         if busy:
             self.gather(busy, "DRAIN", deadline)
-
-    def reset_targets(self, mask: np.ndarray | None) -> list[int]:
-        """The workers a reset of the envs in ``mask`` (None: all) goes to."""
-        return [w for w in range(self.layout.num_slots)
-                if mask is None or mask[slice(*self.layout.bounds(w))].any()]
-
-    def reset_payload(self, seeds: Sequence[int | None], options: dict[str, Any] | None,
-                      mask: np.ndarray | None) -> Callable[[int], object]:
-        """Each worker's part of a reset: its envs' seeds, the options, its rows of ``mask``."""
-
-        def payload(w: int) -> object:
-            lo, hi = self.layout.bounds(w)
-            return seeds[lo:hi], options, None if mask is None else mask[lo:hi]
-
-        return payload
-
-    def reset_infos(self, replies: dict[int, Any]) -> list[dict[str, Any]]:
-        """Every env's reset info from a reset's replies (empty for envs not reset); the
-        pickled leaves the replies carry are written to their rows."""
-        infos: list[dict[str, Any]] = [{} for _ in range(self.layout.num_envs)]
-        for w, (reply, lane) in replies.items():
-            lo = self.layout.bounds(w)[0]
-            for j, info in reply:
-                infos[lo + j] = info
-            if lane:
-                self._buffers.apply_lane(lo, lane)
-        return infos
 
     def gather(self, workers: Sequence[int], command: str, deadline: Deadline) -> Replies:
         """One reply from each of ``workers``: every one is read, failures included, so that

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vecsample import errors
+from vecsample._parent import commands
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
 from vecsample._wire.protocol import Command, WorkerState
@@ -202,9 +203,9 @@ class Restarts:
         lo, hi = self._layout.bounds(slots[0])[0], self._layout.bounds(slots[-1])[1]
         restarts = sum(1 for worker, _ in self.log if worker in slots)  # of this process
         seeds = self._seeds.for_restart(lo, hi, restarts)
-        payload = self._pool.reset_payload(seeds, None, None)
-        return self._pool.reset_infos(
-            self._pool.request(Command.RESET, slots, payload, deadline).or_raise())
+        payload = commands.reset_payload(self._layout, seeds, None, None)
+        return commands.reset_infos(self._layout, self._pool.buffers, self._pool.request(
+            Command.RESET, slots, payload, deadline).or_raise())
 
     def _setting(self, command: Command, name: str, values: list[Any], slot: int) -> Any:
         """The payload of a remembered command for ``slot``: its envs' rows of ``values``."""
