@@ -103,7 +103,7 @@ def chosen(env: gym.vector.VectorEnv) -> str:
     if not isinstance(env, VectorEnv):
         return "this process"
     layout, n = env.sampler.layout, env.sampler.num_workers
-    return f"{layout.env_placement}, {n} block{'s' if n != 1 else ''}"
+    return f"{layout.placement}, {n} block{'s' if n != 1 else ''}"
 
 
 def steps_per_s(env: gym.vector.VectorEnv, act: Callable[[np.ndarray], np.ndarray],

@@ -565,7 +565,7 @@ def test_auto_chooses_from_what_it_measures_and_says_so(make_sampler, monkeypatc
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             s = make_sampler(fns(CountingEnv, 4), num_workers=2, env_placement="auto")
-        assert s.layout.env_placement == expected, s.layout.placement_reason
+        assert s.layout.placement == expected, s.layout.placement_reason
         notices = [w for w in seen if issubclass(w.category, errors.PlacementNotice)]
         assert len(notices) == 1 and f"chose {expected!r}" in str(notices[0].message)
         assert notices[0].filename.endswith("conftest.py")  # the user's line: make_sampler's
@@ -586,10 +586,10 @@ def test_auto_times_a_real_block_once_per_choice(make_vector_env, monkeypatch):
         envs = [make_vector_env([EnvMaker("CartPole-v1")] * 4, env_placement="auto")
                 for _ in range(2)]
     layout = envs[0].sampler.layout
-    assert layout.env_placement in ("workers", "share", "parent")
+    assert layout.placement in ("workers", "share", "parent")
     assert "µs a step here" in layout.placement_reason
     said = [w for w in seen if issubclass(w.category, errors.PlacementNotice)]
-    assert len(said) == (1 if envs[1].sampler.layout.env_placement == layout.env_placement
+    assert len(said) == (1 if envs[1].sampler.layout.placement == layout.placement
                          else 2)
     envs[0].reset(seed=0)
     assert envs[0].step(np.zeros(4, dtype=np.int64))[0].shape == (4, 4)
@@ -612,7 +612,7 @@ def test_auto_leaves_an_env_that_fails_here_to_the_workers(make_sampler, monkeyp
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         s = make_sampler(fns(RaisingEnv, 2, at_step=2), num_workers=2, env_placement="auto")
-    assert s.layout.env_placement == "workers"
+    assert s.layout.placement == "workers"
     assert "RuntimeError: injected failure in step 2" in s.layout.placement_reason
     assert any(issubclass(w.category, errors.PlacementNotice) for w in seen)
     s.reset()
@@ -709,7 +709,7 @@ def test_auto_prices_a_step_with_the_costs_the_options_give(make_sampler, monkey
                          placement_costs=(0.0, 0.0))
     dear = make_sampler(fns(CountingEnv, 4), num_workers=2, env_placement="auto",
                         placement_costs=(0.9, 0.0))
-    assert cheap.layout.env_placement == "workers" and dear.layout.env_placement == "parent"
+    assert cheap.layout.placement == "workers" and dear.layout.placement == "parent"
     assert "900000 µs for the wait for a worker process" in dear.layout.placement_reason
     with pytest.raises(errors.ConfigError, match="placement_costs"):
         make_sampler(fns(CountingEnv, 4), num_workers=2, placement_costs=(-1, 0))

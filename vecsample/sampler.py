@@ -145,7 +145,7 @@ class VecSampler:
         obs, act, probe = _probe_spaces(layout, observation_space, action_space)
         if probe is not None:
             layout = dataclasses.replace(layout, probe=probe)
-        if layout.env_placement == "auto":  # times a block here, once the spaces are known
+        if layout.placement == "auto":  # times a block here, once the spaces are known
             layout = autoplace.resolve(layout, (obs, act))
         #: What this sampler runs: its envs, options and what derives from both (read-only).
         self.layout = layout
@@ -677,7 +677,7 @@ class VecSampler:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         halves = f" in {self.num_slots} halves" if self.num_slots != self.num_workers else ""
-        here = self.layout.env_placement
+        here = self.layout.placement
         placed = "" if here == "workers" else f", env_placement={here!r}"
         return (f"VecSampler({self.num_workers} workers x {self.envs_per_worker} envs{halves}, "
                 f"{self.autoreset_mode.value}, {self.context}{placed}, {state})")

@@ -70,7 +70,7 @@ def resolve(layout: Layout, spaces: tuple[Space[Any], Space[Any]]) -> Layout:
         choice, reason = choose(float(block), workers, usable_cores(), size, costs)
     warn_once(f"env_placement {choice} {layout.num_envs} {workers}",
               f"env_placement='auto' chose {choice!r}: {reason}", PlacementNotice)
-    return dataclasses.replace(layout, env_placement=choice, placement_reason=reason)
+    return dataclasses.replace(layout, placement=choice, placement_reason=reason)
 
 
 def choose(block: float, workers: int, cores: int, block_envs: int,

@@ -55,10 +55,10 @@ class Layout:
     #: How the step handshake runs (``options.handshake`` and the machine, decided once by
     #: ``decide_transport``): the parent's side and every worker's waiter are built from it.
     transport: Transport = PLAIN
-    #: Where the blocks are stepped (``options.env_placement``; the sampler resolves "auto"
-    #: once the spaces are known): "workers", "share" or "parent" (``parent_slots``).
-    env_placement: str = "workers"
-    #: Why "auto" chose ``env_placement`` (what it measured); empty when it was given.
+    #: Where the blocks are stepped: ``options.env_placement``, "auto" resolved (the sampler
+    #: resolves it once the spaces are known): "workers", "share" or "parent" (``parent_slots``).
+    placement: str = "workers"
+    #: Why "auto" chose ``placement`` (what it measured); empty when it was given.
     placement_reason: str = ""
 
     # No ``num_workers`` here: ``options.num_workers`` counts the processes, ``num_slots`` the
@@ -88,9 +88,9 @@ class Layout:
     def parent_slots(self) -> range:
         """The slots that the trainer's own process serves (``env_placement``): the last
         process's with "share", every slot with "parent", none with "workers"."""
-        if self.env_placement == "share":
+        if self.placement == "share":
             return self.slots(self.options.num_workers - 1)
-        return range(self.num_slots) if self.env_placement == "parent" else range(0)
+        return range(self.num_slots) if self.placement == "parent" else range(0)
 
     @property
     def envs_per_slot(self) -> int:
@@ -116,7 +116,7 @@ class Layout:
             context=resolve_context(o.context), spin_s=spin_seconds(o.spin_us, o.num_workers),
             cpu_affinity=per_slot(check_affinity(o.cpu_affinity, o.num_workers), k),
             slots_per_process=k, hosted=envs.hosted, transport=decide_transport(o.handshake),
-            env_placement=o.env_placement,
+            placement=o.env_placement,
         )
 
 
