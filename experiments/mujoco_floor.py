@@ -25,7 +25,7 @@ beside its physics); ``× rr`` = rr time / batch time (what the batch env costs 
 physics of its many ``MjData``); ``× gym`` = gym time / batch time, the batch env's speed per
 core over gymnasium's.
 
-Run: ``python experiments/mujoco_floor.py --rounds 5 --json docs/results/mujoco_floor.json``
+Run: ``python experiments/mujoco_floor.py --rounds 5 --json docs/lab/results/mujoco_floor.json``
 """
 
 from __future__ import annotations
