@@ -1,4 +1,4 @@
-"""Batch MuJoCo envs against their physics floor (docs/mujoco_batch.md#the-physics-floor).
+"""Batch MuJoCo envs against their physics floor (docs/lab/mujoco_batch.md#the-physics-floor).
 
 For every gymnasium MuJoCo v5 env with a batch form (``vecsample.envs.mujoco_batch.ENVS``), in
 one process, on one core, three loops step the same envs with the same seeds and actions:
