@@ -8,7 +8,7 @@ must be named), and for an env that raises halfway through a worker's batch (the
 are still written). Infos: tests/test_info_columns.py; spaces: tests/test_spaces.py.
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations
