@@ -1,5 +1,5 @@
 """The sleep-env sampler of the scripts that measure the parent's cost (parent_scaling.py,
-handshake_floor.py; docs/benchmarks.md): ``vecsample bench``'s VecSampler row over
+handshake_floor.py; docs/lab/benchmarks.md): ``vecsample bench``'s VecSampler row over
 ``vecsample.testing.sleep_fns``, whose first env per worker sleeps once per batch.
 
 Not a script: its siblings import it (``python experiments/<script>.py`` puts this folder on

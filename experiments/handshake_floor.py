@@ -1,4 +1,4 @@
-"""The handshake's floor on this machine, beside vecsample, with sleep envs (docs/benchmarks.md).
+"""The handshake's floor here, beside vecsample, with sleep envs (docs/lab/benchmarks.md).
 
 ``handshake_floor.c`` is the least any sampler can do per batch: C worker processes that each
 sleep one env step, one futex word to wake them (``flat``, as vecsample's Bell) or a wake tree

@@ -1,4 +1,4 @@
-"""The parent's cost per batch as the worker count grows, with sleep envs (docs/benchmarks.md).
+"""The parent's cost per batch as the worker count grows, with sleep envs (docs/lab/benchmarks.md).
 
 Every worker's block holds envs whose batch is one sleep of ``--sleep`` seconds
 (``vecsample.testing.SleepEnv``), so the workers use no CPU and the parent's own work per batch

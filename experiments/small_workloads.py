@@ -1,4 +1,4 @@
-"""Small workloads: VectorEnv against SyncVectorEnv, a policy in the loop (docs/benchmarks.md).
+"""Small workloads: VectorEnv against SyncVectorEnv, a policy in the loop (docs/lab/benchmarks.md).
 
 CleanRL's ``ppo_continuous_action.py`` steps 4 HalfCheetahs with a torch MLP in the trainer's
 process, on machines of 2 cores: a batch that small does not pay for a round trip to worker

@@ -48,7 +48,7 @@ SEED_TIMEOUTS: list[float | None] = [None, 0.1, 0.01, 0.001, 0.0001]
 PresetName = Literal["compare", "halfcheetah-8x20", "halfcheetah-8x4000", "sleep-scaling",
                      "stragglers-vs-uniform", "n-sweep", "crossover"]
 #: Earlier names of presets, still accepted by ``--preset``: the commands of the dated results
-#: in docs/timeout.md use them.
+#: in docs/lab/timeout.md use them.
 PRESET_ALIASES = {"seed-small": "halfcheetah-8x20", "seed-large": "halfcheetah-8x4000",
                   "p6": "sleep-scaling", "p7": "stragglers-vs-uniform"}
 

@@ -2,7 +2,7 @@
 is reported), every start method, the workers' settings, and the startup deadline.
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations

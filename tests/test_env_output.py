@@ -2,13 +2,13 @@
 like arrays; a value of the wrong shape or type is a typed error naming the env, never broadcast.
 
 These cases pin the hot path: a batched write (one slice copy per field instead of one write per
-env; tried for issue 4, see docs/benchmarks.md) could differ from per-env writes where numpy would
+env; tried for issue 4, docs/lab/benchmarks.md) could differ from per-env writes where numpy would
 broadcast a scalar across rows, for plain lists, for an observation of the wrong shape (its env
 must be named), and for an env that raises halfway through a worker's batch (the envs before it
 are still written). Infos: tests/test_info_columns.py; spaces: tests/test_spaces.py.
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations

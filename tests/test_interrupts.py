@@ -8,7 +8,7 @@ random point of a send/recv loop, round after round, and checks the same invaria
 call that raised changed nothing, a call that returned did its work.
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ re-seeded, with the tasks and attributes set on its envs, and returns its envs r
 with ``pipeline=True``, where one process serves two halves (two workers of the step API).
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations

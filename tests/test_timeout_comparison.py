@@ -1,7 +1,7 @@
 """experiments/timeout_comparison.py on a tiny budget, the policies, and the loop model.
 
 Behaviour only: fields, counts and orderings that hold on any machine. No speed is claimed here;
-the measured numbers live in docs/timeout.md.
+the measured numbers live in docs/lab/timeout.md.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_presets_and_flags_override():
 
 
 def test_earlier_preset_names_still_work_as_aliases():
-    """The dated results' commands (docs/timeout.md) use the earlier names."""
+    """The dated results' commands (docs/lab/timeout.md) use the earlier names."""
     assert set(tc.PRESET_ALIASES.values()) <= set(tc.PRESETS)
     assert not set(tc.PRESET_ALIASES) & set(tc.PRESETS)
     for old, new in tc.PRESET_ALIASES.items():

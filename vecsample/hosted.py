@@ -4,7 +4,7 @@
 block's size (a gymnasium vector entry point such as CartPole's, a ``SyncVectorEnv``, a numpy or
 JAX batched env) instead of one env per row, steps it once per batch and copies each field into
 its rows of shared memory with one copy per field. Everything around the step is the sampler's
-as before: the handshake, partial batches, restarts, seeding, infos (docs/benchmarks.md, "Past
+as before: the handshake, partial batches, restarts, seeding, infos (docs/lab/benchmarks.md, "Past
 the bare loop"; docs/semantics.md).
 
 This module is the parent's side (what the user names, the probe and the checks made before

@@ -36,11 +36,11 @@ if TYPE_CHECKING:
 AUTO = "auto"
 #: How long the parent and the workers poll the step handshake's counters before sleeping on a
 #: pipe, when every worker can have a core of its own (µs): what ``spin_us=None`` means there.
-#: It skips scheduler wake-ups (an IPI on a VM, docs/benchmarks.md); with more workers than
+#: It skips scheduler wake-ups (an IPI on a VM, docs/lab/benchmarks.md); with more workers than
 #: cores, spinning would steal their CPU, so None means 0 then.
 AUTO_SPIN_US = 200.0
 #: The longest spin ``spin_us`` may ask for (µs). A spin saves one wake-up, tens of µs; past a
-#: few ms that saving is noise and the spin only burns its core (docs/benchmarks.md keeps the
+#: few ms that saving is noise and the spin only burns its core (docs/lab/benchmarks.md keeps the
 #: workers spinning through a parent's 10 ms of work with it).
 MAX_SPIN_US = 10_000.0
 #: Default deadline (seconds) of each wait for workers, so that a hung worker never hangs a call.

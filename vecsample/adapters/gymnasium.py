@@ -677,7 +677,7 @@ def make_vec(
 def _make_vec_fns(env_id: str, num_envs: object, kwargs: dict[str, Any],
                   vectorization_mode: str | None) -> list[EnvFn] | HostedVector:
     """make_vec's envs: ``num_envs`` makers of ``env_id`` or, with ``vectorization_mode``, one
-    vector env per worker (``HostedVector``, docs/benchmarks.md "Past the bare loop")."""
+    vector env per worker (``HostedVector``, docs/lab/benchmarks.md "Past the bare loop")."""
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise errors.ConfigError(f"num_envs must be an int >= 1, got {num_envs!r}.")
     if vectorization_mode is not None:

@@ -265,7 +265,7 @@ class SleepEnv(gym.Env[np.ndarray, np.int64]):
 
     ``sleep_fns`` gives one sleeper per worker block, so a worker's batch takes ``seconds``
     while its core stays free: with many workers on few cores, what limits the rate is the
-    parent (``vecsample bench --sleep-env``, docs/benchmarks.md). Never ends an episode."""
+    parent (``vecsample bench --sleep-env``, docs/lab/benchmarks.md). Never ends an episode."""
 
     observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
     action_space = spaces.Discrete(2)

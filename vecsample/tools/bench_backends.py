@@ -412,7 +412,7 @@ def _hosted(cfg: Config) -> Backend:
     """VecSampler with one vector env per worker (NextStep: CartPole's entry point's mode; a
     batch-native MuJoCo env steps its physics on one thread per worker)."""
     env_id, kwargs = _batched(cfg)
-    # infos off, as in the run of docs/benchmarks.md (CartPole's vector infos are empty).
+    # infos off, as in the run of docs/lab/benchmarks.md (CartPole's vector infos are empty).
     sampler = VecSampler(HostedVector(env_id, cfg.vectorization, env_kwargs=kwargs),
                          num_envs=cfg.num_envs, num_workers=cfg.workers, infos=False,
                          autoreset_mode="NextStep")
@@ -471,7 +471,7 @@ BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "hosted_share": ("vecsample VecSampler(HostedVector(batch id)), env_placement='share'",
                      _no_sleep(lambda c: _hosted_defaults(c, "share"))),
 }
-#: The rows of --vectorization ("Past the bare loop", docs/benchmarks.md): the bare loop, the
+#: The rows of --vectorization ("Past the bare loop", docs/lab/benchmarks.md): the bare loop, the
 #: machine limit, VecSampler over the single envs, the vector env in one process, hosted, EnvPool.
 HOSTED_BACKENDS = ("bare", "machine", "vecsample", "vector_one", "hosted", "hosted_defaults",
                    "hosted_share", "envpool")
