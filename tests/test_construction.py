@@ -87,10 +87,18 @@ def test_spin_before_block_is_automatic_and_configurable(make_sampler):
     cores = len(os.sched_getaffinity(0))
     auto = make_sampler(fns(CountingEnv, 2), num_workers=1)
     assert auto.layout.spin_s == pytest.approx(200e-6)  # one worker always fits the cores
+    if cores > 1:  # a core left for the parent: it spins too
+        assert auto.layout.parent_spin_s == pytest.approx(200e-6)
+    full = make_sampler(fns(CountingEnv, cores), num_workers=cores)
+    # As many workers as cores: they spin, the parent does not (it would take a worker's core).
+    assert full.layout.spin_s == pytest.approx(200e-6) and full.layout.parent_spin_s == 0.0
+    assert full._pool.side.spin_s == 0.0
     crowded = make_sampler(fns(CountingEnv, cores + 1), num_workers=cores + 1)
     assert crowded.layout.spin_s == 0.0  # more workers than cores: spinning would steal their CPU
     off = make_sampler(fns(CountingEnv, 2), num_workers=2, spin_us=0)
-    for s in (auto, crowded, off):
+    pinned = make_sampler(fns(CountingEnv, cores), num_workers=cores, spin_us=50)
+    assert pinned.layout.parent_spin_s == pytest.approx(50e-6)  # asked for: both spin
+    for s in (auto, full, crowded, off, pinned):
         s.reset()
         assert s.step(ones(s.num_envs)).obs[0, 1] == 1
 

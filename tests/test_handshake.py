@@ -48,7 +48,7 @@ def test_a_command_does_not_wait_for_a_spinning_worker(make_sampler, monkeypatch
     command (reset, call, close) waited on its pipe for the whole spin: 2 s with spin_us=2e6.
     Options now caps the spin at 10 ms; here a 3 s spin is forced past that cap, and each
     command must still be read at once (the worker sees its COMMANDS word move)."""
-    monkeypatch.setattr(layout, "spin_seconds", lambda spin_us, num_workers: 3.0)
+    monkeypatch.setattr(layout, "spin_seconds", lambda spin_us, processes: 3.0)
     s = make_sampler(fns(CountingEnv, 4), num_workers=2, pipeline=pipeline, context="fork")
     assert s.layout.spin_s == 3.0
     s.reset()

@@ -40,8 +40,14 @@ class Layout:
     num_envs: int
     #: The start method ``options.context`` resolved to ("auto" becomes fork or forkserver).
     context: str
-    #: The spin before sleeping, in seconds (``options.spin_us``, or the automatic choice).
+    #: The workers' spin before sleeping, in seconds (``options.spin_us``, or the automatic
+    #: choice: while every worker process can have a core of its own).
     spin_s: float
+    #: The parent's spin before it sleeps in a wait for steps, in seconds: ``spin_s`` where
+    #: ``options.spin_us`` sets it; automatically, only where a core is left free beside the
+    #: workers' (``num_workers`` below the usable cores), so that a waiting parent never takes
+    #: a worker's core (with as many workers as cores it is one more busy process).
+    parent_spin_s: float
     #: Each slot's cores (None: the OS chooses); a process's slots share its cores.
     cpu_affinity: tuple[tuple[int, ...] | None, ...]
     #: Slots (handshake slots, env blocks: the step API's workers) served by one process: 2
@@ -114,6 +120,7 @@ class Layout:
         return cls(
             env_fns=envs.fns, options=o, num_envs=envs.count,
             context=resolve_context(o.context), spin_s=spin_seconds(o.spin_us, o.num_workers),
+            parent_spin_s=spin_seconds(o.spin_us, o.num_workers + 1),
             cpu_affinity=per_slot(check_affinity(o.cpu_affinity, o.num_workers), k),
             slots_per_process=k, hosted=envs.hosted, transport=decide_transport(o.handshake),
             placement=o.env_placement,
@@ -200,14 +207,15 @@ def decide_transport(requested: str) -> Transport:
     return dataclasses.replace(machine, native=False)
 
 
-def spin_seconds(spin_us: float | None, num_workers: int) -> float:
+def spin_seconds(spin_us: float | None, processes: int) -> float:
     """The spin before sleeping, in seconds: ``spin_us`` (checked by Options), or AUTO_SPIN_US
-    while every worker process can have a core of its own."""
+    while each of ``processes`` busy processes can have a core of its own (the workers, for a
+    worker's spin; the workers and the parent, for the parent's)."""
     if spin_us is None:
         # Without an affinity mask (off Linux) the cores we get are unknown: spin for a
         # single worker only, rather than steal CPU from workers that may share a core.
         cores = usable_cores() if hasattr(os, "sched_getaffinity") else 1
-        return AUTO_SPIN_US * 1e-6 if num_workers <= cores else 0.0
+        return AUTO_SPIN_US * 1e-6 if processes <= cores else 0.0
     return spin_us * 1e-6
 
 

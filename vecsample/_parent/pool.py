@@ -128,7 +128,7 @@ class WorkerPool:
         #: channel drives it; the pool tells it of every command sent, ``announce``). A block
         #: served here has a control row too, which its channel completes itself.
         self.side = parent_side(layout.transport, buffers.control(), layout.num_slots,
-                                self.ring_reader, layout.spin_s, self.conns)
+                                self.ring_reader, layout.parent_spin_s, self.conns)
         #: What a spawn or forkserver worker registers before it builds (factories.py).
         self.registrations = (None if layout.context == "fork" else Pickled(
             env_registrations(layout.env_fns, layout.hosted), layout.context,
