@@ -63,6 +63,9 @@ class Args:
     """interleaved rounds; the medians are over them"""
     seed: int = 0
     """the envs' seed and the policy's"""
+    policy: bool = True
+    """run CleanRL's MLP between steps (--no-policy: fixed actions, the envs and the sampler
+    alone)"""
     json: str | None = None
     """write every round's figures to this file"""
 
@@ -86,6 +89,14 @@ def policy_of(env: gym.vector.VectorEnv, seed: int) -> Callable[[np.ndarray], np
         return np.clip(y, space.low, space.high)  # type: ignore[attr-defined]
 
     return act
+
+
+def fixed_actions(env: gym.vector.VectorEnv) -> Callable[[np.ndarray], np.ndarray]:
+    """No policy: the same batch of actions every step (one sampled at start)."""
+    space = env.action_space
+    space.seed(0)
+    actions = space.sample()
+    return lambda obs: actions
 
 
 def build(config: str, env_id: str, n: int) -> gym.vector.VectorEnv:
@@ -126,7 +137,8 @@ def measure(args: Args, env_id: str, n: int) -> dict[str, Any]:
             for config in configs:
                 envs[config] = build(config, env_id, n)
         obs = {c: e.reset(seed=args.seed)[0] for c, e in envs.items()}
-        acts = {c: policy_of(e, args.seed) for c, e in envs.items()}
+        acts = {c: policy_of(e, args.seed) if args.policy else fixed_actions(e)
+                for c, e in envs.items()}
         rounds: list[dict[str, float]] = []
         for _ in range(args.rounds):
             row = {}
