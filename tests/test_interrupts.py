@@ -561,8 +561,9 @@ def _made_in_a_thread(make_sampler: Callable[..., VecSampler]) -> VecSampler:
     return made[0]
 
 
-#: Where a SIGINT lands in step_send_many, once the first worker's step is posted.
-POSTED_POINTS = {"right after the first post": ("_channel._hs", "post"),
+#: Where a SIGINT lands in step_send_many, once the steps are posted (one call for all of them,
+#: ``post_many``: in C on the native path, a post each on the Python one).
+POSTED_POINTS = {"right after the posts": ("_channel._hs", "post_many"),
                  "after the wake-up": ("_channel", "ring")}
 
 
