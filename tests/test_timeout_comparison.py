@@ -332,3 +332,18 @@ def test_compare_runs_the_pipelined_row_unless_told_not_to():
     assert compare.grid_from_args(compare_args([])).pipelined
     assert not compare.grid_from_args(compare_args(["--no-pipelined"])).pipelined
     assert not compare.Grid().pipelined  # experiments/timeout_comparison.py's sweeps: as they were
+
+
+def test_the_script_keeps_pipelined_rows_apart_and_leaves_them_unmodelled(tmp_path):
+    argv = ["--envs", "sleep", "--workers", "1", "2", "--envs-per-worker", "2", "--timeouts",
+            "none", "0.001", "--policies", "random", "--seconds", "0.05", "--repeats", "1",
+            "--step-time", "0.0002", "--pipelined", "--model", "--out-dir", str(tmp_path),
+            "--no-progress"]
+    assert tc.main(argv) == 0
+    report = json.loads((tmp_path / "results.json").read_text())
+    halves = [row for row in report["summary"] if row["batches"] == "pipelined"]
+    assert len(halves) == 2 and all(math.isnan(row["model x full"]) for row in halves)
+    assert all(math.isfinite(row["model x full"]) for row in report["summary"]
+               if row["batches"] != "pipelined")
+    assert sorted(row["timeout"] for row in report["scaling"]) == [
+        "0.001", "0.001", "0.001 pipelined", "0.001 pipelined", "None", "None"]
