@@ -15,12 +15,14 @@ command line still override it, and ``--preset NAME --help`` shows its values. P
 ``halfcheetah-8x20`` and ``halfcheetah-8x4000`` (8 workers x 20 or 4000 HalfCheetah envs, 1000
 iterations each: the two setups of the blog post on pytorch-maml-rl's sampler that docs/timeout.md
 checks; ``--scale`` shrinks envs per worker and iterations for a small machine), ``compare`` (the
-defaults of ``vecsample compare``), ``sleep-scaling`` (sleeping envs, 1 vs 16 workers),
-``stragglers-vs-uniform`` (envs with a heavy-tailed step time against uniform ones),
+defaults of ``vecsample compare``, less its pipelined row), ``sleep-scaling`` (sleeping envs, 1 vs
+16 workers), ``stragglers-vs-uniform`` (envs with a heavy-tailed step time against uniform ones),
 ``crossover`` (a fixed per-call policy latency swept against a step-time spread) and ``n-sweep``
 (envs per worker swept at a fixed per-call latency: the post's sqrt(n) argument). The old names
 ``seed-small``, ``seed-large``, ``p6`` and ``p7`` still work (PRESET_ALIASES), as in the commands
-of the dated results. A timeout of ``none`` (or ``None``) is the full batch.
+of the dated results. A timeout of ``none`` (or ``None``) is the full batch. ``--pipelined``
+runs each float timeout on pipelined halves too, as ``vecsample compare`` does; the model
+(``--model``) leaves those rows blank.
 """
 
 from __future__ import annotations
@@ -161,6 +163,10 @@ def step_times_of(env: str, step_time: float) -> np.ndarray:
         e.close()
 
 
+#: The columns that ``predict`` adds to each row.
+MODEL_COLUMNS = ("model steps/s", "model x full", "model workers/recv", "gap/mean %", "gap ms")
+
+
 def predict(grid: compare.Grid, rows: list[dict[str, Any]]) -> None:
     """Adds 'model steps/s' and 'model x full' to every summary row (in place)."""
     overheads = {w: tm.calibrate_overhead(w) for w in grid.workers}
@@ -172,7 +178,9 @@ def predict(grid: compare.Grid, rows: list[dict[str, Any]]) -> None:
         spaces = probe.observation_space, probe.action_space
         probe.close()
         for row in rows:
-            if row["env"] == env:
+            if row["env"] == env and row["batches"] == "pipelined":  # --pipelined: not modelled
+                row.update(dict.fromkeys(MODEL_COLUMNS, float("nan")))
+            elif row["env"] == env:
                 _predict_row(row, times, overheads, spaces, np.asarray(obs))
 
 
@@ -198,14 +206,15 @@ def scaling(results: list[compare.LoopResult]) -> list[dict[str, Any]]:
     """Steps/s at each worker count over the fewest workers, per repeat, then the median."""
     by: dict[tuple[Any, ...], dict[int, dict[int, float]]] = {}
     for r in results:
-        key = (r.env, r.policy, r.policy_latency, r.envs_per_worker, r.timeout)
+        key = (r.env, r.policy, r.policy_latency, r.envs_per_worker, r.timeout, r.pipeline)
         by.setdefault(key, {}).setdefault(r.workers, {})[r.repeat] = r.steps_per_s
     rows = []
-    for (env, policy, _, per, timeout), counts in by.items():
+    for (env, policy, _, per, timeout, pipeline), counts in by.items():
         base = counts[min(counts)]
         for w, reps in sorted(counts.items()):
             ratios = [reps[k] / base[k] for k in reps if k in base]
-            rows.append({"env": env, "policy": policy, "n": per, "timeout": str(timeout),
+            rows.append({"env": env, "policy": policy, "n": per,
+                         "timeout": f"{timeout}{' pipelined' if pipeline else ''}",
                          "workers": w, "x fewest workers": float(np.median(ratios)),
                          "min": float(np.min(ratios)), "max": float(np.max(ratios))})
     return rows

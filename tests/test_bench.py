@@ -15,6 +15,7 @@ import threading
 
 import gymnasium as gym
 import pytest
+from helpers import record_calls
 
 import vecsample.envs
 from vecsample import extras
@@ -300,3 +301,20 @@ def test_vectorization_builds_the_batch_env_of_every_gymnasium_mujoco_env_beside
             backend.close()
         if importlib.util.find_spec("envpool") is not None:
             bench_backends.BACKENDS["envpool"][1](cfg).close()  # Unavailable would fail here
+
+
+@pytest.mark.parametrize("name", ["vecsample_partial", "vecsample_pipeline"])
+def test_the_partial_and_pipelined_rows_take_each_batch_in_one_call(name, monkeypatch):
+    """Their loop is ``vecsample compare``'s: recv_batch(timeout), one policy call, then
+    step_send_many(result.workers, rows); never step_recv's list of per-worker results."""
+    cfg = bench_backends.Config("CartPole-v1", 8, 2, 2, 0.0005, "none")
+    backend = bench_backends.BACKENDS[name][1](cfg)
+    try:
+        s = backend.sampler
+        calls = record_calls(s, ("step_recv", "recv_batch", "step_send", "step_send_many"),
+                             monkeypatch)
+        assert backend.run(0.05) > 0
+        assert "step_recv" not in calls and "step_send" not in calls, set(calls)
+        assert calls.count("step_send_many") == calls.count("recv_batch") > 1
+    finally:
+        backend.close()

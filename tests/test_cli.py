@@ -54,7 +54,10 @@ def test_compare_prints_a_table_and_counts_add_up(tmp_path):
     )
     assert "steps/s" in proc.stdout and "straggler" in proc.stdout
     rows = json.loads(out.read_text())
-    assert len(rows) == 4
+    assert len(rows) == 6  # per env: full, partial and pipelined (the default, issue 38)
+    assert [(r["timeout"], r["pipeline"]) for r in rows[:3]] == [
+        (None, False), (0.0005, False), (0.0005, True)]
+    assert "pipelined halves (timeout 0.5 ms)" in proc.stdout
     for row in rows:
         assert row["steps_sent"] == row["steps_received"] > 0
         assert row["workers_per_recv"] <= 2.0

@@ -4,6 +4,9 @@ bench, the sleep-env scenario, and the W sweep. Never a speed: only shapes and i
 from __future__ import annotations
 
 import functools
+import importlib
+import subprocess
+import types
 from pathlib import Path
 
 import numpy as np
@@ -88,17 +91,102 @@ def test_parent_scaling_experiment_prints_each_worker_count():
                                             ("4", "partial")], proc.stdout
 
 
-def test_handshake_floor_prints_the_floor_and_vecsample_for_each_worker_count():
+#: handshake_floor.py's kinds, in the order of its rows: the C floor's, then vecsample's.
+FLOOR_KINDS = ("flat", "tree", "partial", "pipelined", "vecsample", "vecsample partial",
+               "vecsample pipelined")
+
+
+def floor_rows(stdout: str) -> list[list[str]]:
+    """handshake_floor.py's rows (after its two header lines): workers, kind, then the
+    numbers."""
+    return [[line[:7].strip(), line[8:28].strip(), *line[28:].split()]
+            for line in stdout.splitlines()[2:]]
+
+
+@pytest.mark.parametrize("straggler", [True, False])
+def test_handshake_floor_prints_every_kind_for_each_worker_count(straggler):
+    """The floor and vecsample of each batch kind (full, partial, pipelined), with and without
+    the straggler model; vecsample's rows carry their ratios to the floor of their kind."""
+    flags = ["--straggler"] if straggler else []
     proc = run_script("handshake_floor", "--workers", "1", "3", "--seconds", "0.05",
-                      "--repeats", "1")
+                      "--repeats", "1", *flags)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()[1:]
-    rows = [[*line[:8].split(), line[8:26].strip(), *line[26:].split()] for line in lines]
-    kinds = ("flat", "tree", "partial", "vecsample", "vecsample partial")
-    assert [(r[0], r[1]) for r in rows] == [(w, k) for w in ("1", "3") for k in kinds], lines
-    for row in rows:  # U is a share of the wall time; a batch lasts at least its 0.5 ms sleep
-        u, batch_us = float(row[2]), float(row[3])
-        assert 0.0 < u <= 1.0 and batch_us >= 500.0, row
+    head = proc.stdout.splitlines()[0]
+    assert head.startswith("block 1.1 ms, ") and (
+        "straggler model p 0.1, jitter ±5 %, seed 0" if straggler else "no straggler model"
+    ) in head, head
+    rows = floor_rows(proc.stdout)
+    assert [(r[0], r[1]) for r in rows] == [(w, k) for w in ("1", "3") for k in FLOOR_KINDS]
+    for w, kind, u, per_recv, parent, worker, u_ratio, cpu_ratio in rows:
+        assert 0.0 < float(u) <= 1.0 and float(parent) > 0 and float(worker) > 0, kind
+        if kind in ("flat", "tree", "vecsample"):  # a full batch lasts its slowest block
+            assert float(per_recv) >= (0.95 if straggler else 1.0) * 1100.0, (w, kind)
+        if kind.startswith("vecsample"):
+            assert float(u_ratio) > 0 and float(cpu_ratio) > 0, (w, kind)
+        else:
+            assert (u_ratio, cpu_ratio) == ("-", "-"), (w, kind)
+
+
+def straggler_model():
+    """experiments/_straggler_model.py, as handshake_floor.py imports it (its folder on the
+    path)."""
+    from tests.test_flags import load
+
+    load("handshake_floor")
+    return importlib.import_module("_straggler_model")
+
+
+def test_the_c_floor_sleeps_the_schedule_of_vecsamples_sleep_envs(tmp_path):
+    """handshake_floor.c's generator gives every (slot, block) the delay that the Python
+    model gives it, to the nanosecond, for several seeds and chances, and none without the
+    model."""
+    from tests.test_flags import load
+
+    model = straggler_model()
+    binary = load("handshake_floor").build(str(tmp_path))
+    for m in (model.Stragglers(0.1, 0.05, 0), model.Stragglers(0.3, 0.02, 2**63 + 12345),
+              model.OFF):
+        out = subprocess.run([binary, "schedule", "1100000", repr(m.p), repr(m.jitter),
+                              str(m.seed), "8", "300"], capture_output=True, text=True,
+                             check=True).stdout
+        c = [[int(x) for x in line.split()] for line in out.splitlines()]
+        assert c == [[m.delay_ns(1_100_000, s, k) for k in range(300)] for s in range(8)], m
+    assert {x for row in c for x in row} == {1_100_000}  # the model off: the base, always
+
+
+def test_the_straggler_model_straggles_with_its_chance_and_within_its_ranges():
+    model = straggler_model()
+    m = model.Stragglers(p=0.1, jitter=0.05, seed=7)
+    factors = np.array([[m.factor(s, k) for k in range(500)] for s in range(64)])
+    slow = factors >= 1.5
+    assert 0.09 < slow.mean() < 0.11  # 3200 draws: p within ±1 % (more than 3 sigma)
+    assert (factors[slow] <= 2.0).all() and factors[slow].max() > 1.95
+    assert ((factors[~slow] >= 0.95) & (factors[~slow] <= 1.05)).all()
+    assert slow.any(axis=1).all()  # every slot straggles now and then
+    again = np.array([[m.factor(s, k) for k in range(500)] for s in range(64)])
+    np.testing.assert_array_equal(factors, again)  # a function of (seed, slot, block) only
+    other = model.Stragglers(p=0.1, jitter=0.05, seed=8)
+    assert other.factor(0, 0) != m.factor(0, 0) and m.factor(1, 0) != m.factor(0, 1)
+
+
+def test_the_sleep_env_sleeps_its_slots_schedule_from_its_reset(monkeypatch):
+    model = straggler_model()
+    slept: list[float] = []  # what each step sleeps, recorded instead of slept
+    monkeypatch.setattr(model, "time", types.SimpleNamespace(sleep=slept.append))
+    m = model.Stragglers(p=0.5, jitter=0.05, seed=3)
+    fns = model.scheduled_fns(8, 4, 1_000_000, m, slots_per_process=2)
+    made = [fn() for fn in fns]
+    assert [(e.slot, e.base_ns) for e in made] == [
+        (0, 500_000), (0, 0), (1, 500_000), (1, 0), (2, 500_000), (2, 0), (3, 500_000), (3, 0)]
+    env = made[2]
+    env.reset(seed=0)
+    for _ in range(5):
+        env.step(0)
+    env.reset()
+    env.step(0)
+    made[3].step(0)  # the block's other envs return at once
+    expected = [m.delay_ns(500_000, 1, k) * 1e-9 for k in (0, 1, 2, 3, 4, 0)]
+    assert slept == expected
 
 
 def test_handshake_floor_without_a_compiler_says_what_to_install(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import record_calls
 
 from experiments import _timeout_model as tm
 from experiments import timeout_comparison as tc
@@ -259,3 +261,88 @@ def test_every_option_of_compare_has_help():
     compare.add_arguments(parser)
     for action in parser._actions:
         assert action.help, f"{action.option_strings} has no help text"
+
+
+# --- the batched loop and the pipelined row ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("timeout", "pipeline"), [(None, False), (0.001, False), (0.0, True)])
+def test_the_loop_takes_each_recv_and_sends_it_back_in_one_call_each(make_sampler, monkeypatch,
+                                                                     timeout, pipeline):
+    """recv_batch(timeout) and step_send_many(result.workers, rows): one call each per recv,
+    whatever the number of workers in it (never step_recv, nor a send per worker)."""
+    s = make_sampler(fakes.sleep_fns(8, 4, 0.0002), num_workers=4, pipeline=pipeline)
+    calls = record_calls(s, ("step_recv", "recv_batch", "step_send", "step_send_many"),
+                         monkeypatch)
+    r = compare.sampling_loop(s, timeout, 0.1, compare.random_policy(s.single_action_space))
+    assert "step_recv" not in calls and "step_send" not in calls, set(calls)
+    assert calls.count("recv_batch") == r.recvs > 1
+    assert calls.count("step_send_many") == r.policy_calls  # the first send, then one a recv
+    assert r.steps_sent == r.steps_received and r.pipeline == pipeline
+    assert (0.5 if pipeline else 1.0) <= r.workers_per_recv <= 4  # a half counts one half
+
+
+def test_a_sweep_runs_pipelined_halves_beside_full_and_partial_batches():
+    """With ``pipelined``, each float timeout runs again on a second sampler of two halves per
+    worker, where the envs per worker are even; the summary names each row's batches and
+    compares the pipelined row with the full batches of the plain sampler."""
+    grid = compare.Grid(envs=["sleep"], workers=[2], envs_per_worker=[2, 1],
+                        timeouts=[None, 0.001], policies=["random"], step_time=1e-4,
+                        seconds=0.05, repeats=2, pipelined=True)
+    results = compare.sweep(grid)
+    assert grid.size() == len(results) == 2 * 3 + 2 * 2  # n = 1: no halves
+    assert [(r.envs_per_worker, r.timeout, r.pipeline) for r in results[:3]] == [
+        (2, None, False), (2, 0.001, False), (2, 0.001, True)]
+    assert not any(r.pipeline for r in results if r.envs_per_worker == 1)
+    assert all(r.steps_sent == r.steps_received > 0 for r in results)
+    rows = compare.summarize(results)
+    assert [(row["W x n"], row["batches"], row["timeout"]) for row in rows] == [
+        ("2x2", "full", "full"), ("2x2", "partial", 0.001), ("2x2", "pipelined", 0.001),
+        ("2x1", "full", "full"), ("2x1", "partial", 0.001)]
+    assert all(math.isfinite(row["x full"]) for row in rows)
+
+
+def test_the_report_names_the_pipelined_row_and_its_win():
+    rates = [(1000.0, 1100.0, 1600.0), (1000.0, 1200.0, 1500.0), (1000.0, 1050.0, 1700.0)]
+    results = []
+    for i, (full, part, halves) in enumerate(rates):
+        results += [fake("a", None, i, full), fake("a", 0.0005, i, part),
+                    fake("a", 0.0005, i, halves)]
+        results[-1].pipeline = True
+    text = compare.report(results)
+    check_layout(text)
+    lines = text.splitlines()
+    start = lines.index("a: W = 2 workers × 4 envs, policy random")
+    assert [cells(line)[:3] for line in lines[start + 2:start + 5]] == [
+        ["full batches", "1,000", "1.00"], ["partial batches (timeout 0.5 ms)", "1,100", "1.10"],
+        ["pipelined halves (timeout 0.5 ms)", "1,600", "1.60"]]
+    assert sum(line.startswith("  pipelined  ") for line in lines) == 1  # the legend's line
+    assert lines[-1] == ("a: pipelined halves win, 1.60× full (0.5 ms, best of 2); per repeat "
+                         "1.50–1.70")
+    for r in results:  # pipelined halves slower than full batches: partial's win is named
+        if r.pipeline:
+            r.steps_per_s = 900.0
+    assert compare.report(results).splitlines()[-1].startswith(
+        "a: partial batches win, 1.10× full (0.5 ms, best of 2)")
+    assert "  pipelined  " not in compare.report([r for r in results if not r.pipeline])
+
+
+def test_compare_runs_the_pipelined_row_unless_told_not_to():
+    assert compare.grid_from_args(compare_args([])).pipelined
+    assert not compare.grid_from_args(compare_args(["--no-pipelined"])).pipelined
+    assert not compare.Grid().pipelined  # experiments/timeout_comparison.py's sweeps: as they were
+
+
+def test_the_script_keeps_pipelined_rows_apart_and_leaves_them_unmodelled(tmp_path):
+    argv = ["--envs", "sleep", "--workers", "1", "2", "--envs-per-worker", "2", "--timeouts",
+            "none", "0.001", "--policies", "random", "--seconds", "0.05", "--repeats", "1",
+            "--step-time", "0.0002", "--pipelined", "--model", "--out-dir", str(tmp_path),
+            "--no-progress"]
+    assert tc.main(argv) == 0
+    report = json.loads((tmp_path / "results.json").read_text())
+    halves = [row for row in report["summary"] if row["batches"] == "pipelined"]
+    assert len(halves) == 2 and all(math.isnan(row["model x full"]) for row in halves)
+    assert all(math.isfinite(row["model x full"]) for row in report["summary"]
+               if row["batches"] != "pipelined")
+    assert sorted(row["timeout"] for row in report["scaling"]) == [
+        "0.001", "0.001", "0.001 pipelined", "0.001 pipelined", "None", "None"]

@@ -213,7 +213,9 @@ class BareLoops:
 
 
 class Sampler:
-    """VecSampler in the loop of ``vecsample compare``: full (timeout None) or partial batches."""
+    """VecSampler in the loop of ``vecsample compare``: full batches (timeout None: ``step``), or
+    partial ones (``recv_batch(timeout)`` and ``step_send_many(result.workers, rows)``, of
+    pipelined halves with ``pipeline``)."""
 
     def __init__(self, cfg: Config, timeout: float | None, record: bool = False,
                  sampler: VecSampler | None = None, pipeline: bool = False) -> None:

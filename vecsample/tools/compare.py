@@ -1,16 +1,19 @@
-"""``vecsample compare``: full against partial batches, side by side, in one run.
+"""``vecsample compare``: full against partial batches and pipelined halves, side by side.
 
-The sampling loop: send to every worker, ``step_recv(timeout)``, run the
-policy once on whatever came back, send those workers again. ``timeout=None`` is the full batch;
-a small float is the partial batch. Reports steps/s, workers per recv, policy calls per 1000
+The sampling loop: send to every worker, ``recv_batch(timeout)``, run the policy once on the
+rows that came back, send those workers again with ``step_send_many(result.workers, rows)``.
+``timeout=None`` is the full batch; a small float is the partial batch, and the same on a second
+sampler with ``pipeline=True`` (two halves per worker, one stepping while the parent serves the
+other) the pipelined row. Reports steps/s, workers per recv, policy calls per 1000
 steps and where the time went (wait / policy / send / env), and checks that every step sent was
 received; the table has a legend and ends with one line per env saying which batches won and by
 how much, or that they tie within noise. The default is a small preset (CartPole and a straggler
 env, 2 workers, < 1 minute); the options reach the whole experiment of
 experiments/timeout_comparison.py (docs/timeout.md).
 
-Timeouts of one (env, workers, envs per worker) group share one sampler and are interleaved
-repeat by repeat, so a ratio is measured side by side even on a loaded machine.
+Timeouts of one (env, workers, envs per worker) group share one sampler (the pipelined rows a
+second one) and are interleaved repeat by repeat, so a ratio is measured side by side even on a
+loaded machine.
 """
 
 from __future__ import annotations
@@ -82,54 +85,61 @@ class LoopResult:
     policy: str = ""
     policy_latency: float = 0.0
     repeat: int = 0
+    #: Pipelined halves (``VecSampler(pipeline=True)``): its workers are the halves.
+    pipeline: bool = False
 
 
 def sampling_loop(sampler: VecSampler, timeout: float | None, seconds: float, policy: Policy,
                   seed: int = 0, max_steps: int | None = None, obs: Any = None) -> LoopResult:
     """Runs the partial/full loop for ``seconds`` (or ``max_steps``), then drains every worker.
-    It starts with ``reset(seed=seed)``, or from ``obs`` (envs already reset, workers idle), so
-    a caller timing it from outside keeps the reset out of its window. ``env_step_s`` is summed
-    over workers (time inside ``env.step``); ``wait_s`` is the parent's time in ``step_recv``
-    and ``policy_s`` its time in ``policy``."""
+    Each recv is one ``recv_batch(timeout)``: the workers done (all of them with ``timeout``
+    None), as one result whose rows go to the policy in one call and whose workers
+    ``step_send_many`` sends again with the policy's rows, in a fixed number of calls whatever
+    the number of workers. A pipelined sampler's workers are its halves. It starts with
+    ``reset(seed=seed)``, or from ``obs`` (envs already reset, workers idle), so a caller timing
+    it from outside keeps the reset out of its window. ``env_step_s`` is summed over workers
+    (time inside ``env.step``); ``wait_s`` is the parent's time in ``recv_batch`` and
+    ``policy_s`` its time in ``policy``."""
     obs = sampler.reset(seed=seed)[0] if obs is None else obs
-    b = sampler.envs_per_slot
-    sent = _send(sampler, range(sampler.num_slots), policy(np.asarray(obs)))
-    received, recvs, calls, policy_s = 0, 0, 1, 0.0
+    everyone = np.arange(sampler.num_slots)
+    sampler.step_send_many(everyone, policy(np.asarray(obs)))
+    sent, received, recvs, calls, policy_s = sampler.num_envs, 0, 0, 1, 0.0
     before = sampler.stats()
     start = time.perf_counter()
     limit = float("inf") if max_steps is None else max_steps
     while time.perf_counter() - start < seconds and received < limit:
-        results = sampler.step_recv(timeout)
+        r = sampler.recv_batch(timeout)
         recvs += 1
-        received += b * len(results)
+        received += len(r.env_ids)
         t0 = time.perf_counter()
-        actions = policy(np.concatenate([np.asarray(r.obs) for r in results]))
+        actions = policy(np.asarray(r.obs))
         calls += 1
         policy_s += time.perf_counter() - t0
-        sent += _send(sampler, [r.worker for r in results if r.worker is not None], actions)
-    while received < sent:  # drain: nothing sent is left unreceived
-        results = sampler.step_recv(None)
+        # A full batch's result names no workers (``workers`` None): it holds every one.
+        sampler.step_send_many(everyone if r.workers is None else r.workers, actions)
+        sent += len(r.env_ids)
+    if received < sent:  # drain: nothing sent is left unreceived
+        sampler.recv_batch(None)  # waits for every worker still stepping
         recvs += 1
-        received += b * len(results)
-    seconds = time.perf_counter() - start
+    return _result(sampler, timeout, before, time.perf_counter() - start, sent, recvs, calls,
+                   policy_s)
+
+
+def _result(sampler: VecSampler, timeout: float | None, before: dict[str, float],
+            seconds: float, steps: int, recvs: int, calls: int, policy_s: float) -> LoopResult:
+    """The LoopResult of a drained loop (``steps`` sent and received) from the sampler's
+    stats before it and now."""
     delta = {k: v - before[k] for k, v in sampler.stats().items() if k in before}
     return LoopResult(
         env="", timeout=timeout, workers=sampler.num_workers,
         envs_per_worker=sampler.envs_per_worker,
-        steps=received, seconds=seconds, steps_per_s=received / seconds,
-        workers_per_recv=delta["workers_received"] / recvs,
-        policy_calls_per_1000_steps=1000.0 * calls / received, wait_s=delta["wait_s"],
-        policy_s=policy_s, env_step_s=delta["env_step_s"], steps_sent=sent,
-        steps_received=received, recvs=recvs, policy_calls=calls, send_s=delta["send_s"],
+        steps=steps, seconds=seconds, steps_per_s=steps / seconds,
+        workers_per_recv=steps / recvs / sampler.envs_per_worker,
+        policy_calls_per_1000_steps=1000.0 * calls / steps, wait_s=delta["wait_s"],
+        policy_s=policy_s, env_step_s=delta["env_step_s"], steps_sent=steps,
+        steps_received=steps, recvs=recvs, policy_calls=calls, send_s=delta["send_s"],
+        pipeline=sampler.num_slots > sampler.num_workers,
     )
-
-
-def _send(sampler: VecSampler, workers: Sequence[int], actions: np.ndarray) -> int:
-    """Sends block ``i`` of ``actions`` to ``workers[i]`` (slots), in one call; returns the env
-    steps sent."""
-    b = sampler.envs_per_slot
-    sampler.step_send_many(workers, [actions[i * b:(i + 1) * b] for i in range(len(workers))])
-    return b * len(workers)
 
 
 # --- the sweep -----------------------------------------------------------------------------------
@@ -163,6 +173,9 @@ class Grid:
     """seeds the samplers and the policies; repeat k resets its envs with seed + k"""
     interleave_groups: bool = False
     """open every group's sampler at once and alternate groups each repeat"""
+    pipelined: bool = False
+    """also run each float timeout on pipelined halves (VecSampler(pipeline=True), a second
+    sampler per group), where the envs per worker are even; ``vecsample compare`` does"""
 
     def groups(self) -> Iterator[tuple[str, int, int]]:
         for env in self.envs:
@@ -170,45 +183,76 @@ class Grid:
                 for per in self.envs_per_worker:
                     yield env, workers, per
 
-    def runs_per_group(self) -> int:
-        return self.repeats * len(self.policies) * len(self.policy_latencies) * len(self.timeouts)
+    def halves(self, per: int) -> bool:
+        """Whether a group of ``per`` envs per worker runs pipelined halves too."""
+        return self.pipelined and per % 2 == 0 and any(t is not None for t in self.timeouts)
+
+    def runs_per_group(self, per: int | None = None) -> int:
+        """Runs of one group (of ``per`` envs per worker: its pipelined ones too)."""
+        timeouts = len(self.timeouts)
+        if per is not None and self.halves(per):
+            timeouts += sum(t is not None for t in self.timeouts)
+        return self.repeats * len(self.policies) * len(self.policy_latencies) * timeouts
 
     def size(self) -> int:
-        return len(list(self.groups())) * self.runs_per_group()
+        return sum(self.runs_per_group(per) for _, _, per in self.groups())
 
 
 @dataclass
 class _Group:
-    """One open sampler of a sweep, with its policies."""
+    """The open samplers of a sweep's group (its pipelined one, if any), with its policies."""
 
     env: str
     sampler: VecSampler
     policies: dict[tuple[str, float], Policy]
+    halves: VecSampler | None = None
+
+    def __enter__(self) -> _Group:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.halves is not None:
+                self.halves.close()
+        finally:
+            self.sampler.close()
 
 
 def _open_group(grid: Grid, env: str, workers: int, per: int) -> _Group:
     fns = env_factories(env, workers * per, grid.step_time)
     sampler = VecSampler(fns, num_workers=workers, infos=False, seed=grid.seed)
-    spaces = sampler.single_observation_space, sampler.single_action_space
-    try:
-        policies = {(spec, lat): make_policy(spec, *spaces, lat, grid.seed)
-                    for spec in grid.policies for lat in grid.policy_latencies}
-    except BaseException:
-        sampler.close()
-        raise
-    return _Group(env, sampler, policies)
+    g = _Group(env, sampler, {})
+    with contextlib.ExitStack() as undo:  # what was opened is closed if the rest fails
+        undo.enter_context(g)
+        spaces = sampler.single_observation_space, sampler.single_action_space
+        g.policies = {(spec, lat): make_policy(spec, *spaces, lat, grid.seed)
+                      for spec in grid.policies for lat in grid.policy_latencies}
+        if grid.halves(per):
+            g.halves = VecSampler(fns, num_workers=workers, infos=False, seed=grid.seed,
+                                  pipeline=True)
+        undo.pop_all()
+    return g
+
+
+def _runs(grid: Grid, g: _Group) -> list[tuple[VecSampler, float | None]]:
+    """The (sampler, timeout) of each run of a group's repeat: every timeout on its sampler,
+    then each float one on its pipelined halves."""
+    runs: list[tuple[VecSampler, float | None]] = [(g.sampler, t) for t in grid.timeouts]
+    if g.halves is not None:
+        runs += [(g.halves, t) for t in grid.timeouts if t is not None]
+    return runs
 
 
 def _run_repeat(grid: Grid, g: _Group, repeat: int,
                 progress: Callable[[LoopResult], None] | None) -> list[LoopResult]:
-    """Every policy and timeout of one group, once."""
+    """Every policy and timeout of one group (and its pipelined halves), once."""
     n = g.sampler.num_envs
     max_steps = None if grid.iterations is None else grid.iterations * n
     seconds = math.inf if grid.iterations is not None else grid.seconds
     out = []
     for (spec, lat), policy in g.policies.items():
-        for timeout in grid.timeouts:
-            r = sampling_loop(g.sampler, timeout, seconds, policy, seed=grid.seed + repeat,
+        for sampler, timeout in _runs(grid, g):
+            r = sampling_loop(sampler, timeout, seconds, policy, seed=grid.seed + repeat,
                               max_steps=max_steps)
             r.env, r.policy, r.policy_latency, r.repeat = g.env, spec, lat, repeat
             out.append(r)
@@ -219,9 +263,9 @@ def _run_repeat(grid: Grid, g: _Group, repeat: int,
 
 def measure_group(grid: Grid, env: str, workers: int, per: int,
                   progress: Callable[[LoopResult], None] | None = None) -> list[LoopResult]:
-    """One sampler for (env, workers, per); policies and timeouts interleaved per repeat."""
-    g = _open_group(grid, env, workers, per)
-    with g.sampler:
+    """One sampler for (env, workers, per), and one of pipelined halves where the grid asks;
+    policies and timeouts interleaved per repeat."""
+    with _open_group(grid, env, workers, per) as g:
         return [r for repeat in range(grid.repeats) for r in _run_repeat(grid, g, repeat, progress)]
 
 
@@ -234,8 +278,7 @@ def sweep(grid: Grid, progress: Callable[[LoopResult], None] | None = None) -> l
     with contextlib.ExitStack() as stack:
         groups = []
         for key in grid.groups():
-            groups.append(_open_group(grid, *key))
-            stack.enter_context(groups[-1].sampler)
+            groups.append(stack.enter_context(_open_group(grid, *key)))
         return [r for repeat in range(grid.repeats) for g in groups
                 for r in _run_repeat(grid, g, repeat, progress)]
 
@@ -250,11 +293,13 @@ def _key(r: LoopResult) -> tuple[Any, ...]:
 def summarize(results: Sequence[LoopResult]) -> list[dict[str, Any]]:
     """One row per configuration: medians over repeats; ``x full`` is the median of the
     per-repeat ratio to the full batch of the same repeat (side by side), ``x full min`` and
-    ``x full max`` the lowest and highest of those ratios."""
-    full = {(*_key(r), r.repeat): r.steps_per_s for r in results if r.timeout is None}
+    ``x full max`` the lowest and highest of those ratios. ``batches`` names the row's kind:
+    full, partial or pipelined (halves, against the full batches of the plain sampler)."""
+    full = {(*_key(r), r.repeat): r.steps_per_s for r in results
+            if r.timeout is None and not r.pipeline}
     rows: dict[tuple[Any, ...], list[LoopResult]] = {}
     for r in results:
-        rows.setdefault((*_key(r), r.timeout), []).append(r)
+        rows.setdefault((*_key(r), r.pipeline, r.timeout), []).append(r)
     return [_row(rs, full) for rs in rows.values()]
 
 
@@ -268,6 +313,7 @@ def _row(rs: list[LoopResult], full: dict[tuple[Any, ...], float]) -> dict[str, 
         "env": r0.env, "policy": r0.policy + (f"+{r0.policy_latency * 1e3:g}ms"
                                               if r0.policy_latency else ""),
         "W x n": f"{r0.workers}x{r0.envs_per_worker}",
+        "batches": "pipelined" if r0.pipeline else "full" if r0.timeout is None else "partial",
         "timeout": "full" if r0.timeout is None else r0.timeout,
         "steps/s": float(np.median([r.steps_per_s for r in rs])),
         "x full": float(np.median(ratios)) if ratios else nan,
@@ -321,11 +367,13 @@ def milliseconds(seconds: float) -> str:
     return f"{seconds * 1e3:.6f}".rstrip("0").rstrip(".") + " ms"
 
 
-def batches(timeout: float | str | None) -> str:
-    """The name of a row: ``full batches`` or ``partial batches (timeout 0.5 ms)``."""
+def batches(timeout: float | str | None, pipelined: bool = False) -> str:
+    """The name of a row: ``full batches``, ``partial batches (timeout 0.5 ms)`` or, for
+    pipelined halves, ``pipelined halves (timeout 0.5 ms)``."""
     if timeout is None or timeout == "full":
         return "full batches"
-    return f"partial batches (timeout {milliseconds(float(timeout))})"
+    kind = "pipelined halves" if pipelined else "partial batches"
+    return f"{kind} (timeout {milliseconds(float(timeout))})"
 
 
 REPORT_HEADER = ("batches", "steps/s", "× full", "per repeat", "W/recv", "calls/1k", "wait %",
@@ -337,7 +385,7 @@ def _cells(row: dict[str, Any]) -> list[str]:
     and percentages with 1."""
     x, lo, hi = row["x full"], row["x full min"], row["x full max"]
     spread = "" if row["timeout"] == "full" or not math.isfinite(lo) else f"{lo:.2f}–{hi:.2f}"
-    return [batches(row["timeout"]), f"{row['steps/s']:,.0f}",
+    return [batches(row["timeout"], row["batches"] == "pipelined"), f"{row['steps/s']:,.0f}",
             f"{x:.2f}" if math.isfinite(x) else "-", spread, f"{row['workers/recv']:.2f}",
             f"{row['calls/1k']:.1f}", f"{row['wait %']:.1f}", f"{row['policy %']:.1f}"]
 
@@ -365,30 +413,39 @@ ENV_LEGEND = {
 }
 
 
-def legend(repeats: int, envs: Sequence[str] = ()) -> list[str]:
+#: The legend's lines for the pipelined rows, shown where they ran.
+PIPELINED_LEGEND = (
+    "  pipelined        the same on VecSampler(pipeline=True), a second sampler: two halves per",
+    "                   worker, one stepping while the parent serves the other (n even only)",
+)
+
+
+def legend(repeats: int, envs: Sequence[str] = (), pipelined: bool = False) -> list[str]:
     """What each column of the report means, one line each; the synthetic envs among ``envs``;
-    and how to read the last lines."""
+    the pipelined rows, where they ran; and how to read the last lines."""
+    samplers = "two samplers" if pipelined else "one sampler"
     return [
-        f"Medians of {repeats} repeats; in each repeat the rows of a block take turns on one "
-        "sampler.",
-        "  full batches     step_recv(None): wait for every worker, one policy call for all",
-        "  partial batches  step_recv(timeout): the first worker back and any others within the "
+        f"Medians of {repeats} repeats; in each repeat the rows of a block take turns on "
+        f"{samplers}.",
+        "  full batches     recv_batch(None): wait for every worker, one policy call for all",
+        "  partial batches  recv_batch(timeout): the first worker back and any others within the "
         "timeout",
+        *(PIPELINED_LEGEND if pipelined else ()),
         "  steps/s          env steps per second",
         "  × full           median over repeats of steps/s ÷ full batches' steps/s in the same "
         "repeat",
         "  per repeat       lowest–highest of those ratios; the ratio of the steps/s shown lies "
         "within",
-        "  W/recv           workers per step_recv, of the W above (full batches: all W)",
+        "  W/recv           workers per recv, of the W above (full batches: all W; a half: ½)",
         "  calls/1k         policy calls per 1,000 env steps",
-        "  wait %           share of the parent's time waiting in step_recv",
+        "  wait %           share of the parent's time waiting in recv_batch",
         "  policy %         share of the parent's time in the policy (the rest: send, bookkeeping)",
         *(line for env, lines in ENV_LEGEND.items() if env in envs for line in lines),
-        "Last lines: each block's best partial row against full batches, as × full. A side wins "
-        "only",
-        f"where every repeat's ratio is on its side of 1 and the median is {_MARGIN} or more from "
-        "1;",
-        "otherwise the line says a tie within noise, and why:",
+        "Last lines: each block's best partial or pipelined row against full batches, as × full. "
+        "A side",
+        f"wins only where every repeat's ratio is on its side of 1 and the median is {_MARGIN} or "
+        "more",
+        "from 1; otherwise the line says a tie within noise, and why:",
         "  not all agree    some repeats had partial batches faster, others full batches",
         f"  within {_MARGIN}       every repeat agrees, but the median is less than {_MARGIN} "
         "from 1",
@@ -406,21 +463,23 @@ def verdict(x: float, lo: float, hi: float) -> str:
 
 def conclusion(label: str, rows: list[dict[str, Any]]) -> str:
     """``CartPole-v1: partial batches win, 1.12× full (0.5 ms); per repeat 1.05–1.20``: the
-    best partial row (a clear win first, then the highest ``× full``) against the full one, in
-    the table's ratio, partial ÷ full. A tie within noise says so and why. The per-repeat range
-    is left out where it would take the line past 100 characters."""
-    partial = [r for r in rows if r["timeout"] != "full" and math.isfinite(r["x full"])]
-    if not partial:
+    best partial or pipelined row (a clear win first, then the highest ``× full``) against the
+    full one, in the table's ratio, that row ÷ full. A tie within noise says so and why. The
+    per-repeat range is left out where it would take the line past 100 characters."""
+    others = [r for r in rows if r["timeout"] != "full" and math.isfinite(r["x full"])]
+    if not others:
         return f"{label}: no full and partial batches side by side to compare"
 
     def judged(r: dict[str, Any]) -> str:
         return verdict(r["x full"], r["x full min"], r["x full max"])
 
-    best = max(partial, key=lambda r: (judged(r) == "partial", r["x full"]))
+    best = max(others, key=lambda r: (judged(r) == "partial", r["x full"]))
     x, lo, hi, said = best["x full"], best["x full min"], best["x full max"], judged(best)
-    best_of = f", best of {len(partial)}" if len(partial) > 1 else ""
-    head = {"partial": "partial batches win,", "full": "full batches win, partial",
-            "tie": "a tie, partial"}[said]
+    best_of = f", best of {len(others)}" if len(others) > 1 else ""
+    kind, name = (("pipelined", "pipelined halves") if best["batches"] == "pipelined"
+                  else ("partial", "partial batches"))
+    head = {"partial": f"{name} win,", "full": f"full batches win, {kind}",
+            "tie": f"a tie, {kind}"}[said]
     text = f"{label}: {head} {x:.2f}× full ({milliseconds(best['timeout'])}{best_of})"
     why = "" if said != "tie" else ", not all agree" if lo <= 1 <= hi else \
         f", within {_MARGIN}"
@@ -444,7 +503,8 @@ def report(results: Sequence[LoopResult]) -> str:
                   *columns(REPORT_HEADER, [_cells(r) for r in rows], right=range(1, 8)), ""]
         label = env if envs.count(env) == 1 else f"{env} ({w} × {n}, {policy})"
         ends.append(conclusion(label, rows))
-    return "\n".join([*lines, *legend(repeats, envs), "", *ends])
+    pipelined = any(r.pipeline for r in results)
+    return "\n".join([*lines, *legend(repeats, envs, pipelined), "", *ends])
 
 
 # --- the command line ----------------------------------------------------------------------------
@@ -460,6 +520,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="envs stepped serially by each worker (default: 16)")
     parser.add_argument("--timeouts", nargs="+", default=["none", "0.0005"],
                         help="'none' for full batches, seconds for partial batches")
+    parser.add_argument("--pipelined", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run each timeout in seconds on pipelined halves "
+                        "(VecSampler(pipeline=True), two halves per worker), where the envs per "
+                        "worker are even (default: on)")
     parser.add_argument("--policies", nargs="+", default=d.policies,
                         help=SPEC_HELP)
     parser.add_argument("--policy-latency", nargs="+", type=float, default=d.policy_latencies,
@@ -491,7 +555,7 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
                 timeouts=parse_timeouts(args.timeouts), policies=list(args.policies),
                 policy_latencies=list(args.policy_latency), step_time=args.step_time,
                 seconds=args.seconds, iterations=args.iterations, repeats=args.repeats,
-                seed=args.seed)
+                seed=args.seed, pipelined=args.pipelined)
 
 
 def set_torch_threads(threads: int, policies: Sequence[str]) -> None:
