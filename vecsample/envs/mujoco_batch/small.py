@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from vecsample.envs.mujoco_batch.arrays import Array, Bools, row_norm
+from vecsample.envs.mujoco_batch.arrays import Array, Bools, row_norm, scalar_square
 from vecsample.envs.mujoco_batch.infos import Columns
 from vecsample.envs.mujoco_batch.physics import Field
 from vecsample.envs.mujoco_batch.vector import BatchMujocoEnv
@@ -75,8 +75,9 @@ class InvertedDoublePendulumBatchEnv(_Small):
         tip = p.fields["site_xpos"][:, 0]
         x, y = tip[:, 0], tip[:, 2]
         terminated = y <= 1
-        distance = 0.01 * x**2 + (y - 2) ** 2
-        velocity = 1e-3 * p.qvel[:, 1] ** 2 + 5e-3 * p.qvel[:, 2] ** 2
+        # gymnasium squares numpy scalars here (pow), not arrays (x * x): scalar_square
+        distance = 0.01 * scalar_square(x) + scalar_square(y - 2)
+        velocity = 1e-3 * scalar_square(p.qvel[:, 1]) + 5e-3 * scalar_square(p.qvel[:, 2])
         survive = self.config["healthy_reward"] * (~terminated).astype(int)
         infos = {"reward_survive": survive, "distance_penalty": -distance,
                  "velocity_penalty": -velocity}
