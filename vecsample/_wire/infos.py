@@ -20,7 +20,7 @@ gymnasium's vector infos from the copied columns directly (``vecsample.adapters.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,9 +190,13 @@ class InfoWriter:
         self.by_key: dict[str, tuple[Column, Callable[[Any], bool]]] = {}
         self.views: list[list[np.ndarray]] = [[], []]
         self._pos = 0
+        #: Per table, the bitmask of the columns ``put`` wrote in this step.
+        self.put_bits = [0, 0]
 
     def sync(self, published: int) -> None:
-        """Reads the columns the parent added since the last step (``published`` in all)."""
+        """Starts a step: reads the columns the parent added since the last one (``published``
+        in all)."""
+        self.put_bits = [0, 0]
         if published == len(self.columns):
             return
         new, self._pos = read_log(self.tables, len(self.columns), published, self._pos)
@@ -202,10 +206,31 @@ class InfoWriter:
             for t in (STEP, RESET):
                 self.views[t].append(column.values(self.rows[t]))
 
+    def put(self, table: int, columns: Mapping[str, Any], rows: np.ndarray) -> dict[str, Any]:
+        """Writes a batch's columns (``key -> (count, ...) array``, present in the rows of the
+        mask ``rows``) into ``table``: one copy per key into its shared column, and no per-env
+        work. Returns the columns that have no shared column of their
+        type (yet: its first steps), for the caller to send env by env as records; ``write``
+        then names them as candidates and reports the columns written here with its own."""
+        left: dict[str, Any] = {}
+        if not rows.any():
+            return left
+        for key, values in columns.items():
+            found = self.by_key.get(key)
+            if found is None or not _fits(found[0], values, self.count):
+                left[key] = values
+                continue
+            index = found[0].index
+            # Every row: the values of an absent env are never read (its presence is False).
+            np.copyto(self.views[table][index], values)
+            self.masks[table][:, index] = rows
+            self.put_bits[table] |= 1 << index
+        return left
+
     def write(self, records: list[InfoRecord],
               ) -> tuple[list[InfoRecord], dict[str, Signature], int, int]:
         """Writes what fits into the columns; returns (leftover records, candidate keys, and
-        the bitmasks of the step and reset columns written)."""
+        the bitmasks of the step and reset columns written, ``put``'s of this step included)."""
         gathered: list[dict[int, tuple[list[Any], list[bool]]]] = [{}, {}]
         candidates: dict[str, Signature] = {}
         leftovers: list[InfoRecord] = []
@@ -215,8 +240,8 @@ class InfoWriter:
                           if reset_info else None)
             if left or left_reset:
                 leftovers.append((j, left or {}, left_reset))
-        return (leftovers, candidates, self._flush(STEP, gathered[STEP]),
-                self._flush(RESET, gathered[RESET]))
+        return (leftovers, candidates, self._flush(STEP, gathered[STEP]) | self.put_bits[STEP],
+                self._flush(RESET, gathered[RESET]) | self.put_bits[RESET])
 
     def _gather(self, out: dict[int, tuple[list[Any], list[bool]]], j: int,
                 info: dict[str, Any], candidates: dict[str, Signature]) -> dict[str, Any] | None:
@@ -250,6 +275,17 @@ class InfoWriter:
             self.masks[table][:, index] = present
             bits |= 1 << index
         return bits
+
+
+def _fits(column: Column, values: Any, count: int) -> bool:
+    """Whether ``values``, a batch's column, holds exactly what ``column`` holds per env: each
+    env's value (``values[j]``) of the column's type, dtype and shape."""
+    if type(values) is not np.ndarray or values.dtype.str != column.dtype or (
+            values.shape != (count, *column.shape)):
+        return False
+    if column.kind is np.ndarray:
+        return values.ndim > 1
+    return values.ndim == 1 and column.kind is values.dtype.type
 
 
 #: One worker's columns of one step: (column, values copy, presence copy), per column written.

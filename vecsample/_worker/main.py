@@ -288,15 +288,15 @@ class _Worker:
         self.cursor = Cursor()  # the env that is running, named by an error
         # What the worker steps, chosen once: a hosted vector env or its own envs. The commands
         # other than STEP and CLOSE go to the block's methods.
+        self.infos = InfoWriter(spec.buffers.infos, lo, lo + self.count)
         self.block: StepLoop = (EnvBlock(spec, self.views, self.cursor) if spec.hosted is None
-                                else HostedBlock(spec, spec.hosted, self.views))
+                                else HostedBlock(spec, spec.hosted, self.views, self.infos))
         block = self.block
         self.handlers: dict[Command, Callable[[Any], Any]] = {
             Command.RESET: block.reset, Command.RESET_TASK: block.reset_task,
             Command.CALL: block.call, Command.GET_ATTR: block.get_attr,
             Command.SET_ATTR: block.set_attr}
         self.side = self._side()
-        self.infos = InfoWriter(spec.buffers.infos, lo, lo + self.count)
         buffers = spec.buffers  # pickled leaves travel on the pipe (shm.SharedBuffers.lane)
         self.obs_lane = any(not leaf.shared for leaf in buffers.obs_leaves)
         self.action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
@@ -336,8 +336,8 @@ class _Worker:
             self.infos.sync(self.side.published())
             records = self._step()
             candidates: dict[str, Signature] = {}
-            if records:
-                records, candidates, *written = self._write_infos(records)
+            if records or any(self.infos.put_bits):  # put_bits: a batch env's columns, put
+                records, candidates, *written = self._write_infos(records or [])
                 bits = (written[0], written[1])
             lane = (rows.lane(self.spec.buffers, self.spec.env_offset, self.count)
                     if self.obs_lane else None)

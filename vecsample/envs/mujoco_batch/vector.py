@@ -19,6 +19,7 @@ what gymnasium's gives.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -27,6 +28,7 @@ import numpy as np
 from gymnasium.utils import seeding
 from numpy.typing import NDArray
 
+from vecsample.adapters.vector_infos import Columns, LazyInfos, StepInfos, from_columns
 from vecsample.envs.mujoco_batch.arrays import Array, Bools
 from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
@@ -34,7 +36,6 @@ from vecsample.envs.mujoco_batch.errors import (
     SeedCountError,
     UnknownKeywordError,
 )
-from vecsample.envs.mujoco_batch.infos import Columns, add_final, add_rows, every_row
 from vecsample.envs.mujoco_batch.physics import Field, Physics
 from vecsample.errors import ResetMaskError
 
@@ -143,7 +144,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         seeds = self._seeds(seed)
         mask = self._reset_mask(options)
         self._reset_rows(np.flatnonzero(mask), seeds)
-        return self._observe(), add_rows({}, self._reset_info(), mask)
+        none = np.zeros(self.num_envs, dtype=np.bool_)
+        return self._observe(), self._infos(StepInfos({}, none, self._reset_info(), mask))
 
     def step(self, actions: Any) -> Step:
         """One step of every env; ended envs autoreset as ``metadata["autoreset_mode"]``
@@ -174,10 +176,17 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             return None
         return self._ended.copy()
 
+    def _infos(self, columns: StepInfos) -> LazyInfos:
+        """gymnasium's vector infos of ``columns``, built when first read (a hosted block
+        writes the columns to shared memory as they are, and never builds them)."""
+        return LazyInfos(functools.partial(from_columns, columns, self._add_info), columns)
+
     def _plain(self, rewards: Array, terminated: Bools, truncated: Bools,
                columns: Columns) -> Step:
         """A step in which every env stepped and none resets: every row of every column."""
-        return self._observe(), rewards, terminated, truncated, every_row(columns, self.num_envs)
+        every, none = np.ones(self.num_envs, dtype=np.bool_), np.zeros(self.num_envs, np.bool_)
+        return self._observe(), rewards, terminated, truncated, self._infos(
+            StepInfos(columns, every, {}, none))
 
     def _disabled(self, frozen: Bools | None, rewards: Array, terminated: Bools,
                   truncated: Bools, columns: Columns) -> Step:
@@ -188,7 +197,9 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         if frozen is None:
             return self._plain(rewards, terminated, truncated, columns)
         rewards[frozen] = 0.0
-        return self._observe(), rewards, terminated, truncated, add_rows({}, columns, ~frozen)
+        none = np.zeros(self.num_envs, dtype=np.bool_)
+        return self._observe(), rewards, terminated, truncated, self._infos(
+            StepInfos(columns, ~frozen, {}, none))
 
     def _same_step(self, rewards: Array, terminated: Bools, truncated: Bools,
                    columns: Columns) -> Step:
@@ -198,11 +209,11 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         if not ended.any():
             self._ended = ended
             return self._plain(rewards, terminated, truncated, columns)
-        infos = add_final({}, self._observe(), columns, ended)
-        add_rows(infos, columns, ~ended)
+        final_obs = self._observe()
         self._reset_rows(np.flatnonzero(ended), [None] * self.num_envs)
-        add_rows(infos, self._reset_info(), ended)
-        return self._observe(), rewards, terminated, truncated, infos
+        every = np.ones(self.num_envs, dtype=np.bool_)
+        infos = StepInfos(columns, every, self._reset_info(), ended, ended, final_obs)
+        return self._observe(), rewards, terminated, truncated, self._infos(infos)
 
     def _next_step(self, resetting: Bools | None, rewards: Array, terminated: Bools,
                    truncated: Bools, columns: Columns) -> Step:
@@ -211,14 +222,13 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         if resetting is None:
             self._ended = terminated | truncated
             return self._plain(rewards, terminated, truncated, columns)
-        infos = add_rows({}, columns, ~resetting)
         self._reset_rows(np.flatnonzero(resetting), [None] * self.num_envs)
-        add_rows(infos, self._reset_info(), resetting)
+        infos = StepInfos(columns, ~resetting, self._reset_info(), resetting)
         rewards[resetting] = 0.0
         terminated[resetting] = False
         truncated[resetting] = False
         self._ended = terminated | truncated
-        return self._observe(), rewards, terminated, truncated, infos
+        return self._observe(), rewards, terminated, truncated, self._infos(infos)
 
     def close_extras(self, **kwargs: Any) -> None:
         self.physics.close()
