@@ -49,6 +49,15 @@ mujoco = require("mujoco", feature="the batch-native MuJoCo envs (HalfCheetahBat
 #: The state a reset sets: time, qpos, qvel, act, the warm start, the controls and applied
 #: forces, mocap and user data (everything ``mj_step`` and ``mj_forward`` read).
 INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION.value
+#: What a reset computes once the state is set (gymnasium's reset: ``mj_forward``): everything
+#: (``"forward"``), the bodies' positions only (``"kinematics"``: ``xpos`` of every body, bit
+#: for bit ``mj_forward``'s, which computes them with the same ``mj_kinematics``), or nothing
+#: (``"none"``: an env that reads only qpos and qvel). ``mj_step`` reads none of what a reset
+#: computes: it computes it all again from the state (its warm start included, which
+#: ``mj_forward`` does not write), so the steps after a reset are the same to the bit whichever
+#: an env needs (tests/test_mujoco_batch.py steps through resets).
+RESET_STAGES: dict[str, Any] = {"forward": mujoco.mj_forward,
+                                "kinematics": mujoco.mj_kinematics, "none": None}
 
 
 @dataclass(frozen=True)
@@ -89,11 +98,15 @@ class Physics:
 
     def __init__(self, model_path: str, num_envs: int, frame_skip: int,
                  fields: Sequence[Field] = (), *, post_constraint: bool = False,
-                 num_threads: int | None = None) -> None:
+                 num_threads: int | None = None, reset_stage: str = "forward") -> None:
         self.model = mujoco.MjModel.from_xml_path(model_path)
         self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
         self.num_envs, self.frame_skip = num_envs, frame_skip
         self.post_constraint = post_constraint  # gymnasium's mj_rnePostConstraint after a step
+        # What a reset computes after it set the state (RESET_STAGES): "none" only where the
+        # env reads nothing but qpos and qvel.
+        assert reset_stage != "none" or not fields, "an env that reads fields needs a stage"
+        self._settle = RESET_STAGES[reset_stage]
         self.init_qpos = self.datas[0].qpos.ravel().copy()
         self.init_qvel = self.datas[0].qvel.ravel().copy()
         m = self.model
@@ -147,21 +160,27 @@ class Physics:
     def reset(self, rows: Sequence[int], qpos: Array, qvel: Array) -> None:
         """gymnasium's ``MujocoEnv.reset`` + ``set_state`` for each env of ``rows``: the state
         ``mj_resetData`` leaves, with ``qpos`` and ``qvel`` (one row per env of ``rows``), then
-        ``mj_forward``; then the env's arrays are gathered. One ``mj_setState`` sets that state,
-        and the outputs of ``mj_rnePostConstraint`` (which ``mj_forward`` does not compute) are
-        zeroed: ``mj_resetData`` clears all of ``MjData``, 5-10 µs, where ``mj_step`` and
-        ``mj_forward`` read only this state (the tests compare every env after resets)."""
+        what the env reads of ``mj_forward`` (``RESET_STAGES``); then the env's arrays are
+        gathered. One ``mj_setState`` sets that state, and the outputs of
+        ``mj_rnePostConstraint`` (which ``mj_forward`` does not compute) are zeroed:
+        ``mj_resetData`` clears all of ``MjData``, 5-10 µs, where ``mj_step`` and ``mj_forward``
+        read only this state (the tests compare every env after resets)."""
+        model, datas, settle, set_state = self.model, self.datas, self._settle, mujoco.mj_setState
         states = np.repeat(self._initial[None], len(rows), axis=0)
         states[:, self._qpos_at] = qpos
         states[:, self._qvel_at] = qvel
         for state, i in zip(states, rows, strict=True):
-            data = self.datas[i]
-            mujoco.mj_setState(self.model, data, state, INTEGRATION)
+            data = datas[i]
+            set_state(model, data, state, INTEGRATION)
             for output in self._post_outputs[i]:
                 output[:] = 0.0
-            mujoco.mj_forward(self.model, data)
-            for target, views in self.sources:
-                target[i] = views[i]
+            if settle is not None:
+                settle(model, data)
+                for target, views in self.sources:
+                    target[i] = views[i]
+        if settle is None:  # the env reads qpos and qvel only: the rows just set
+            self.qpos[rows] = qpos
+            self.qvel[rows] = qvel
 
     def close(self) -> None:
         if self._pool is not None:

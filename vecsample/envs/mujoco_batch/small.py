@@ -10,6 +10,7 @@ single env's (tests/test_mujoco_batch.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -39,6 +40,7 @@ class InvertedPendulumBatchEnv(_Small):
 
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "xml_file": "inverted_pendulum.xml", "frame_skip": 2, "reset_noise_scale": 0.01}
+    RESET_STAGE = "none"  # it reads qpos and qvel only (resets every 6 steps or so)
 
     def _observe(self) -> Array:
         return np.concatenate((self.physics.qpos, self.physics.qvel), axis=1)
@@ -84,6 +86,14 @@ class InvertedDoublePendulumBatchEnv(_Small):
         return survive - distance - velocity, terminated, infos
 
 
+def _env_by_env(rngs: list[np.random.Generator],
+                draw: Callable[[np.random.Generator], tuple[Array, Array]]) -> tuple[Array, Array]:
+    """``_reset_states`` of an env whose reset draws more than its noise (Reacher's and
+    Pusher's targets, drawn until one fits): ``draw`` env by env."""
+    states = [draw(rng) for rng in rngs]
+    return np.stack([q for q, _ in states]), np.stack([v for _, v in states])
+
+
 def _ctrl_reward(weight: float, actions: NDArray[Any]) -> NDArray[Any]:
     """``-np.square(action).sum() * weight`` per row, in the actions' dtype."""
     return -np.square(actions).sum(axis=1) * weight  # type: ignore[no-any-return]
@@ -97,6 +107,7 @@ class ReacherBatchEnv(_Small):
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "xml_file": "reacher.xml", "frame_skip": 2, "reward_dist_weight": 1,
         "reward_control_weight": 1}
+    RESET_STAGE = "kinematics"  # it reads bodies' positions only
 
     def _fields(self) -> list[Field]:
         return [Field("fingertip", "xpos", "fingertip"), Field("target", "xpos", "target")]
@@ -118,6 +129,9 @@ class ReacherBatchEnv(_Small):
         ctrl = _ctrl_reward(c["reward_control_weight"], actions)
         infos = {"reward_dist": distance, "reward_ctrl": ctrl}
         return distance + ctrl, np.zeros(self.num_envs, dtype=np.bool_), infos
+
+    def _reset_states(self, rngs: list[np.random.Generator]) -> tuple[Array, Array]:
+        return _env_by_env(rngs, self._reset_state)
 
     def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:
         p = self.physics
@@ -142,6 +156,7 @@ class PusherBatchEnv(_Small):
         "xml_file": "pusher_v5.xml", "frame_skip": 5, "reward_near_weight": 0.5,
         "reward_dist_weight": 1, "reward_control_weight": 0.1}
     BODIES = ("tips_arm", "object", "goal")
+    RESET_STAGE = "kinematics"  # it reads bodies' positions only
 
     def _fields(self) -> list[Field]:
         return [Field(body, "xpos", body) for body in self.BODIES]
@@ -158,6 +173,9 @@ class PusherBatchEnv(_Small):
         ctrl = _ctrl_reward(c["reward_control_weight"], actions)
         infos = {"reward_dist": distance, "reward_ctrl": ctrl, "reward_near": near}
         return distance + ctrl + near, np.zeros(self.num_envs, dtype=np.bool_), infos
+
+    def _reset_states(self, rngs: list[np.random.Generator]) -> tuple[Array, Array]:
+        return _env_by_env(rngs, self._reset_state)
 
     def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:
         p = self.physics

@@ -72,6 +72,9 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
     QVEL_NOISE: ClassVar[str] = "uniform"
     #: Whether the env reads ``cfrc_ext`` (gymnasium runs ``mj_rnePostConstraint`` per step).
     POST_CONSTRAINT: ClassVar[bool] = False
+    #: What a reset computes after it sets the state (``physics.RESET_STAGES``): what the env
+    #: reads after a reset of what gymnasium's ``mj_forward`` computes there.
+    RESET_STAGE: ClassVar[str] = "forward"
     #: The observations' dtype (gymnasium's v5 envs: float64).
     OBS_DTYPE: ClassVar[type[np.floating[Any]]] = np.float64
     supports_reset_mask = True  # reset(options={"reset_mask": m}) resets only those rows
@@ -90,7 +93,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         self.autoreset_mode = AutoresetMode(getattr(autoreset_mode, "value", autoreset_mode))
         self.physics = Physics(expand_model_path(self.config["xml_file"]), num_envs,
                                int(self.config["frame_skip"]), self._fields(),
-                               post_constraint=self.POST_CONSTRAINT, num_threads=num_threads)
+                               post_constraint=self.POST_CONSTRAINT, num_threads=num_threads,
+                               reset_stage=self.RESET_STAGE)
         self.dt = self.physics.dt
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": [],
                          "render_fps": int(np.round(1.0 / self.dt))}
@@ -210,7 +214,7 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             self._ended = ended
             return self._plain(rewards, terminated, truncated, columns)
         final_obs = self._observe()
-        self._reset_rows(np.flatnonzero(ended), [None] * self.num_envs)
+        self._reset_rows(np.flatnonzero(ended), None)
         every = np.ones(self.num_envs, dtype=np.bool_)
         infos = StepInfos(columns, every, self._reset_info(), ended, ended, final_obs)
         return self._observe(), rewards, terminated, truncated, self._infos(infos)
@@ -222,7 +226,7 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         if resetting is None:
             self._ended = terminated | truncated
             return self._plain(rewards, terminated, truncated, columns)
-        self._reset_rows(np.flatnonzero(resetting), [None] * self.num_envs)
+        self._reset_rows(np.flatnonzero(resetting), None)
         infos = StepInfos(columns, ~resetting, self._reset_info(), resetting)
         rewards[resetting] = 0.0
         terminated[resetting] = False
@@ -287,28 +291,39 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
                                  "True entry", fix="name the envs to reset")
         return mask
 
-    def _reset_rows(self, rows: NDArray[np.intp], seeds: list[int | None]) -> None:
-        """gymnasium's reset of each env of ``rows``: seeding, the reset state drawn from its
-        own generator (``_reset_state``), ``mj_resetData``, the state, ``mj_forward``."""
-        p = self.physics
-        qpos = np.empty((len(rows), p.model.nq))
-        qvel = np.empty((len(rows), p.model.nv))
-        for k, i in enumerate(rows.tolist()):
-            if seeds[i] is not None:
-                self._generators[i] = seeding.np_random(seeds[i])[0]
-            qpos[k], qvel[k] = self._reset_state(self._generator(i))
-        p.reset(rows.tolist(), qpos, qvel)
+    def _reset_rows(self, rows: NDArray[np.intp], seeds: list[int | None] | None) -> None:
+        """gymnasium's reset of each env of ``rows``: seeding (``seeds``, one per env of the
+        batch; None: no seeds), the reset state drawn from its own generator
+        (``_reset_states``), set as ``mj_resetData`` and ``set_state`` leave it
+        (``Physics.reset``)."""
+        indices = rows.tolist()
+        if seeds is not None:
+            for i in indices:
+                if seeds[i] is not None:
+                    self._generators[i] = seeding.np_random(seeds[i])[0]
+        qpos, qvel = self._reset_states([self._generator(i) for i in indices])
+        self.physics.reset(indices, qpos, qvel)
         self._elapsed[rows] = 0
         self._ended[rows] = False
 
-    def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:
-        """One env's ``qpos`` and ``qvel`` after a reset: gymnasium's reset noise of scale
-        ``reset_noise_scale`` around the initial state, drawn from ``rng`` (qpos, then qvel)."""
+    def _reset_states(self, rngs: list[np.random.Generator]) -> tuple[Array, Array]:
+        """The ``qpos`` and ``qvel`` after a reset of each env whose generator ``rngs`` holds
+        (one row each): gymnasium's reset noise of scale ``reset_noise_scale`` around the
+        initial state, drawn from the env's generator in gymnasium's order (qpos, then qvel).
+
+        One draw per env: ``rng.uniform(low, high, k)`` is ``low + (high - low) * u`` of the
+        raw doubles ``u = rng.random(k)``, bit for bit (numpy's own formula), and the two draws
+        of a uniform noise are one stream of ``nq + nv`` doubles; the arithmetic is done for
+        every reset env at once."""
         p, scale = self.physics, self.config["reset_noise_scale"]
-        qpos = p.init_qpos + rng.uniform(low=-scale, high=scale, size=p.model.nq)
+        nq, nv = p.model.nq, p.model.nv
+        low, span = -scale, scale - -scale  # uniform(low=-scale, high=scale)
         if self.QVEL_NOISE == "normal":
-            return qpos, p.init_qvel + scale * rng.standard_normal(p.model.nv)
-        return qpos, p.init_qvel + rng.uniform(low=-scale, high=scale, size=p.model.nv)
+            draws = [(rng.random(nq), rng.standard_normal(nv)) for rng in rngs]
+            u, z = np.stack([d[0] for d in draws]), np.stack([d[1] for d in draws])
+            return p.init_qpos + (low + span * u), p.init_qvel + scale * z
+        noise = low + span * np.stack([rng.random(nq + nv) for rng in rngs])
+        return p.init_qpos + noise[:, :nq], p.init_qvel + noise[:, nq:]
 
     def _generator(self, i: int) -> np.random.Generator:
         """Env ``i``'s generator (an unseeded one until a seed is given, as ``Env.np_random``)."""
