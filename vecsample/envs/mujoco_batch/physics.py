@@ -109,12 +109,16 @@ class Physics:
         self._settle = RESET_STAGES[reset_stage]
         self.init_qpos = self.datas[0].qpos.ravel().copy()
         self.init_qvel = self.datas[0].qvel.ravel().copy()
+        self.init_state: Array = np.concatenate((self.init_qpos, self.init_qvel))  # qpos, qvel
         m = self.model
         # The state of a fresh MjData (mj_makeData resets it), with qpos and qvel's places in it.
         self._initial = np.zeros(mujoco.mj_stateSize(m, INTEGRATION))
         mujoco.mj_getState(m, self.datas[0], self._initial, INTEGRATION)
         at = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME.value)
-        self._qpos_at, self._qvel_at = slice(at, at + m.nq), slice(at + m.nq, at + m.nq + m.nv)
+        self._qposvel_at = slice(at, at + m.nq + m.nv)  # qpos, then qvel, in the state
+        # The states a reset sets, one row per env reset: the fresh state but for qpos and qvel,
+        # the only part ever written here.
+        self._states = np.repeat(self._initial[None], num_envs, axis=0)
         # What mj_resetData zeroes and mj_forward leaves alone: mj_rnePostConstraint's outputs
         # (zero for good in an env that never calls it).
         self._post_outputs = [(d.cacc, d.cfrc_int, d.cfrc_ext) if post_constraint else ()
@@ -157,18 +161,18 @@ class Physics:
         for future in futures:
             future.result()
 
-    def reset(self, rows: Sequence[int], qpos: Array, qvel: Array) -> None:
+    def reset(self, rows: Sequence[int], qposvel: Array) -> None:
         """gymnasium's ``MujocoEnv.reset`` + ``set_state`` for each env of ``rows``: the state
-        ``mj_resetData`` leaves, with ``qpos`` and ``qvel`` (one row per env of ``rows``), then
+        ``mj_resetData`` leaves, with ``qpos`` and ``qvel`` (``qposvel``: one row per env of
+        ``rows``, its qpos then its qvel), then
         what the env reads of ``mj_forward`` (``RESET_STAGES``); then the env's arrays are
         gathered. One ``mj_setState`` sets that state, and the outputs of
         ``mj_rnePostConstraint`` (which ``mj_forward`` does not compute) are zeroed:
         ``mj_resetData`` clears all of ``MjData``, 5-10 µs, where ``mj_step`` and ``mj_forward``
         read only this state (the tests compare every env after resets)."""
         model, datas, settle, set_state = self.model, self.datas, self._settle, mujoco.mj_setState
-        states = np.repeat(self._initial[None], len(rows), axis=0)
-        states[:, self._qpos_at] = qpos
-        states[:, self._qvel_at] = qvel
+        states = self._states[:len(rows)]
+        states[:, self._qposvel_at] = qposvel
         for state, i in zip(states, rows, strict=True):
             data = datas[i]
             set_state(model, data, state, INTEGRATION)
@@ -179,8 +183,9 @@ class Physics:
                 for target, views in self.sources:
                     target[i] = views[i]
         if settle is None:  # the env reads qpos and qvel only: the rows just set
-            self.qpos[rows] = qpos
-            self.qvel[rows] = qvel
+            nq = self.model.nq
+            self.qpos[rows] = qposvel[:, :nq]
+            self.qvel[rows] = qposvel[:, nq:]
 
     def close(self) -> None:
         if self._pool is not None:

@@ -87,11 +87,10 @@ class InvertedDoublePendulumBatchEnv(_Small):
 
 
 def _env_by_env(rngs: list[np.random.Generator],
-                draw: Callable[[np.random.Generator], tuple[Array, Array]]) -> tuple[Array, Array]:
+                draw: Callable[[np.random.Generator], tuple[Array, Array]]) -> Array:
     """``_reset_states`` of an env whose reset draws more than its noise (Reacher's and
     Pusher's targets, drawn until one fits): ``draw`` env by env."""
-    states = [draw(rng) for rng in rngs]
-    return np.stack([q for q, _ in states]), np.stack([v for _, v in states])
+    return np.stack([np.concatenate(draw(rng)) for rng in rngs])
 
 
 def _ctrl_reward(weight: float, actions: NDArray[Any]) -> NDArray[Any]:
@@ -130,7 +129,7 @@ class ReacherBatchEnv(_Small):
         infos = {"reward_dist": distance, "reward_ctrl": ctrl}
         return distance + ctrl, np.zeros(self.num_envs, dtype=np.bool_), infos
 
-    def _reset_states(self, rngs: list[np.random.Generator]) -> tuple[Array, Array]:
+    def _reset_states(self, rngs: list[np.random.Generator]) -> Array:
         return _env_by_env(rngs, self._reset_state)
 
     def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:
@@ -174,7 +173,7 @@ class PusherBatchEnv(_Small):
         infos = {"reward_dist": distance, "reward_ctrl": ctrl, "reward_near": near}
         return distance + ctrl + near, np.zeros(self.num_envs, dtype=np.bool_), infos
 
-    def _reset_states(self, rngs: list[np.random.Generator]) -> tuple[Array, Array]:
+    def _reset_states(self, rngs: list[np.random.Generator]) -> Array:
         return _env_by_env(rngs, self._reset_state)
 
     def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:

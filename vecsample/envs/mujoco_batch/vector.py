@@ -101,6 +101,9 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         self._define_spaces()
         self._generators: list[np.random.Generator | None] = [None] * num_envs
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        # Every env and none, as the rows of a step's infos (read only: never handed out).
+        self._every, self._none = np.ones(num_envs, np.bool_), np.zeros(num_envs, np.bool_)
+        self._every.flags.writeable = self._none.flags.writeable = False
         self._ended = np.zeros(num_envs, dtype=np.bool_)  # ended at the last step
 
     @classmethod
@@ -148,8 +151,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         seeds = self._seeds(seed)
         mask = self._reset_mask(options)
         self._reset_rows(np.flatnonzero(mask), seeds)
-        none = np.zeros(self.num_envs, dtype=np.bool_)
-        return self._observe(), self._infos(StepInfos({}, none, self._reset_info(), mask))
+        return self._observe(), self._infos(StepInfos({}, self._none, self._reset_info(),
+                                                      mask.copy()))
 
     def step(self, actions: Any) -> Step:
         """One step of every env; ended envs autoreset as ``metadata["autoreset_mode"]``
@@ -188,9 +191,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
     def _plain(self, rewards: Array, terminated: Bools, truncated: Bools,
                columns: Columns) -> Step:
         """A step in which every env stepped and none resets: every row of every column."""
-        every, none = np.ones(self.num_envs, dtype=np.bool_), np.zeros(self.num_envs, np.bool_)
         return self._observe(), rewards, terminated, truncated, self._infos(
-            StepInfos(columns, every, {}, none))
+            StepInfos(columns, self._every, {}, self._none))
 
     def _disabled(self, frozen: Bools | None, rewards: Array, terminated: Bools,
                   truncated: Bools, columns: Columns) -> Step:
@@ -201,9 +203,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         if frozen is None:
             return self._plain(rewards, terminated, truncated, columns)
         rewards[frozen] = 0.0
-        none = np.zeros(self.num_envs, dtype=np.bool_)
         return self._observe(), rewards, terminated, truncated, self._infos(
-            StepInfos(columns, ~frozen, {}, none))
+            StepInfos(columns, ~frozen, {}, self._none))
 
     def _same_step(self, rewards: Array, terminated: Bools, truncated: Bools,
                    columns: Columns) -> Step:
@@ -215,8 +216,7 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             return self._plain(rewards, terminated, truncated, columns)
         final_obs = self._observe()
         self._reset_rows(np.flatnonzero(ended), None)
-        every = np.ones(self.num_envs, dtype=np.bool_)
-        infos = StepInfos(columns, every, self._reset_info(), ended, ended, final_obs)
+        infos = StepInfos(columns, self._every, self._reset_info(), ended, ended, final_obs)
         return self._observe(), rewards, terminated, truncated, self._infos(infos)
 
     def _next_step(self, resetting: Bools | None, rewards: Array, terminated: Bools,
@@ -301,15 +301,15 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             for i in indices:
                 if seeds[i] is not None:
                     self._generators[i] = seeding.np_random(seeds[i])[0]
-        qpos, qvel = self._reset_states([self._generator(i) for i in indices])
-        self.physics.reset(indices, qpos, qvel)
+        self.physics.reset(indices, self._reset_states([self._generator(i) for i in indices]))
         self._elapsed[rows] = 0
         self._ended[rows] = False
 
-    def _reset_states(self, rngs: list[np.random.Generator]) -> tuple[Array, Array]:
+    def _reset_states(self, rngs: list[np.random.Generator]) -> Array:
         """The ``qpos`` and ``qvel`` after a reset of each env whose generator ``rngs`` holds
-        (one row each): gymnasium's reset noise of scale ``reset_noise_scale`` around the
-        initial state, drawn from the env's generator in gymnasium's order (qpos, then qvel).
+        (one row each, ``qpos`` then ``qvel``): gymnasium's reset noise of scale
+        ``reset_noise_scale`` around the initial state, drawn from the env's generator in
+        gymnasium's order (qpos, then qvel).
 
         One draw per env: ``rng.uniform(low, high, k)`` is ``low + (high - low) * u`` of the
         raw doubles ``u = rng.random(k)``, bit for bit (numpy's own formula), and the two draws
@@ -321,9 +321,10 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         if self.QVEL_NOISE == "normal":
             draws = [(rng.random(nq), rng.standard_normal(nv)) for rng in rngs]
             u, z = np.stack([d[0] for d in draws]), np.stack([d[1] for d in draws])
-            return p.init_qpos + (low + span * u), p.init_qvel + scale * z
-        noise = low + span * np.stack([rng.random(nq + nv) for rng in rngs])
-        return p.init_qpos + noise[:, :nq], p.init_qvel + noise[:, nq:]
+            return np.concatenate((p.init_qpos + (low + span * u), p.init_qvel + scale * z),
+                                  axis=1)
+        noise: Array = low + span * np.stack([rng.random(nq + nv) for rng in rngs])
+        return p.init_state + noise
 
     def _generator(self, i: int) -> np.random.Generator:
         """Env ``i``'s generator (an unseeded one until a seed is given, as ``Env.np_random``)."""
