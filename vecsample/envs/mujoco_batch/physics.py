@@ -107,18 +107,8 @@ class Physics:
         # env reads nothing but qpos and qvel.
         assert reset_stage != "none" or not fields, "an env that reads fields needs a stage"
         self._settle = RESET_STAGES[reset_stage]
-        self.init_qpos = self.datas[0].qpos.ravel().copy()
-        self.init_qvel = self.datas[0].qvel.ravel().copy()
-        self.init_state: Array = np.concatenate((self.init_qpos, self.init_qvel))  # qpos, qvel
+        self._initial_states(num_envs)
         m = self.model
-        # The state of a fresh MjData (mj_makeData resets it), with qpos and qvel's places in it.
-        self._initial = np.zeros(mujoco.mj_stateSize(m, INTEGRATION))
-        mujoco.mj_getState(m, self.datas[0], self._initial, INTEGRATION)
-        at = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME.value)
-        self._qposvel_at = slice(at, at + m.nq + m.nv)  # qpos, then qvel, in the state
-        # The states a reset sets, one row per env reset: the fresh state but for qpos and qvel,
-        # the only part ever written here.
-        self._states = np.repeat(self._initial[None], num_envs, axis=0)
         # What mj_resetData zeroes and mj_forward leaves alone: mj_rnePostConstraint's outputs
         # (zero for good in an env that never calls it).
         self._post_outputs = [(d.cacc, d.cfrc_int, d.cfrc_ext) if post_constraint else ()
@@ -138,6 +128,19 @@ class Physics:
         self._pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
         for block in self.blocks:
             block.gather()
+
+    def _initial_states(self, num_envs: int) -> None:
+        """The initial qpos and qvel (gymnasium's ``init_qpos``, ``init_qvel``), and the states
+        a reset sets: a fresh ``MjData``'s (``mj_makeData`` resets it), one row per env reset,
+        whose qpos and qvel (the only part ever written) a reset fills in."""
+        m, data = self.model, self.datas[0]
+        self.init_qpos, self.init_qvel = data.qpos.ravel().copy(), data.qvel.ravel().copy()
+        self.init_state: Array = np.concatenate((self.init_qpos, self.init_qvel))  # qpos, qvel
+        initial = np.zeros(mujoco.mj_stateSize(m, INTEGRATION))
+        mujoco.mj_getState(m, data, initial, INTEGRATION)
+        at = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME.value)
+        self._qposvel_at = slice(at, at + m.nq + m.nv)  # qpos, then qvel, in the state
+        self._states = np.repeat(initial[None], num_envs, axis=0)
 
     @property
     def dt(self) -> float:
