@@ -1,6 +1,6 @@
 """MAML-TRPO (Finn et al. 2017) in one file on vecsample's MultiTaskSampler (docs/maml.md).
 
-The 2DNavigation results of docs/maml.md come from this script.
+The 2DNavigation results of docs/lab/maml.md come from this script.
 
 Per meta-batch: sample tasks; ``sample_async`` gives futures for the train episodes (before
 adaptation) and the valid episodes (after one first-order inner step); the outer TRPO step

@@ -338,7 +338,7 @@ def train(args: Args) -> dict[str, Any]:
     """Runs PPO and writes episodes.csv, summary.json and curve.png; returns the summary."""
     # One intra-op thread by default: the networks are tiny, and the worker processes need the
     # other core. With 2 threads on a busy 2-core machine, OpenMP's spinning threads made one
-    # 64-64 forward 13x slower (1.45 ms against 0.11 ms, measured here; see docs/placement.md).
+    # 64-64 forward 13x slower (1.45 ms against 0.11 ms, measured here; see docs/lab/placement.md).
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)

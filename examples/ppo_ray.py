@@ -1,6 +1,6 @@
 """PPO on CartPole-v1 through RaySampler, one VecSampler per Ray actor (docs/distributed.md).
 
-The "PPO through Ray" figures of docs/distributed.md come from this script.
+The "PPO through Ray" figures of docs/lab/distributed.md come from this script.
 
 Self-contained on purpose: the PPO example of issue 7 (examples/ppo.py) has not landed yet;
 once it has, this file should become that script with its sampler swapped for RaySampler.

@@ -1,7 +1,7 @@
-"""RaySampler against one local VecSampler of as many workers (docs/distributed.md).
+"""RaySampler against one local VecSampler of as many workers (docs/lab/distributed.md).
 
 The figures of "Ray against local" and "On a fake cluster, with a node lost" in
-docs/distributed.md come from here. Both sides run the same chunk collection
+docs/lab/distributed.md come from here. Both sides run the same chunk collection
 (vecsample.ray.ChunkCollector) with the same tiny torch MLP policy on CartPole-v1.
 
 * Default: through a local Ray (2 actors on this node by default), one collector per actor over

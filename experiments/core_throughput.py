@@ -1,6 +1,6 @@
-"""VecSampler full batches against a one-process bare loop of the same envs (docs/benchmarks.md).
+"""VecSampler full batches against a one-process bare loop of its envs (docs/lab/benchmarks.md).
 
-The core issue's figure in docs/benchmarks.md (VecSampler 2 x 64 against one bare loop of 128)
+The core issue's figure in docs/lab/benchmarks.md (VecSampler 2 x 64 against one bare loop of 128)
 comes from here. Prints the medians of interleaved repeats and the ratio to the machine limit
 estimate (cores × the one-process bare loop).
 

@@ -1,4 +1,4 @@
-"""Create/close cycles by hand, for any start method (docs/reliability.md#200-createclose-cycles).
+"""Create/close cycles by hand, any start method (docs/lab/reliability.md#200-createclose-cycles).
 
 Create/close cycles must leak no process, fd or memory. The CI test (tests/test_lifetime.py)
 runs 200 cycles under fork, the fastest start method; this script runs them under the others too

@@ -1,4 +1,4 @@
-"""The same faults in vecsample and three other backends (docs/reliability.md#comparison).
+"""The same faults in vecsample and three other backends (docs/lab/reliability.md#comparison).
 
 Injects the same faults into vecsample, gymnasium AsyncVectorEnv, SB3 SubprocVecEnv and EnvPool.
 Every (backend, fault) trial runs in its own subprocess with a wall-clock limit, so a backend

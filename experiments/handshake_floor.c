@@ -1,7 +1,7 @@
 /* The floor of a step handshake on this machine: what any implementation, native or not, pays to
  * wake W sleeping worker processes, let each sleep one env step, and learn that all are done.
  *
- * Built and run by experiments/handshake_floor.py (docs/benchmarks.md). It has none of vecsample's
+ * Built and run by experiments/handshake_floor.py (docs/lab/benchmarks.md). It has none of vecsample's
  * work: no Python, no actions or results, no infos. The workers sleep SLEEP_US per batch, as
  * vecsample.testing.SleepEnv does, and U is their time inside that sleep / (W x wall), the same
  * measure as experiments/parent_scaling.py's.

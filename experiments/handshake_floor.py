@@ -1,4 +1,4 @@
-"""The handshake's floor on this machine, beside vecsample, with sleep envs (docs/benchmarks.md).
+"""The handshake's floor here, beside vecsample, with sleep envs (docs/lab/benchmarks.md).
 
 ``handshake_floor.c`` is the least any sampler can do per batch: C worker processes that each
 sleep one env step, one futex word to wake them (``flat``, as vecsample's Bell) or a wake tree
@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tyro
+from _sleep_sampler import sleeping
 
-from vecsample.options import AUTO_SPIN_US, usable_cores
+from vecsample.machine import usable_cores
+from vecsample.options import AUTO_SPIN_US
 from vecsample.tools.bench import timed_run
 from vecsample.tools.bench_backends import Sampler
 
@@ -115,8 +117,8 @@ def main(args: Args) -> None:
     try:  # built inside: one that fails to start leaves none of the others running
         for w in args.workers:
             for kind in KINDS[len(FLOORS):]:
-                samplers[(w, kind)] = Sampler.sleeping(w, 4, args.sleep, args.timeout,
-                                                       partial=kind == "vecsample partial")
+                samplers[(w, kind)] = sleeping(w, 4, args.sleep, args.timeout,
+                                               partial=kind == "vecsample partial")
         with tempfile.TemporaryDirectory() as directory:
             binary = build(directory)
             for _ in range(args.repeats):

@@ -1,4 +1,4 @@
-"""The ceiling of hosted vector envs, the most a split over processes can give (docs/benchmarks.md).
+"""The ceiling of hosted vector envs, the most a split over workers gives (docs/lab/benchmarks.md).
 
 A hosted batch of ``n`` envs split over ``W`` worker processes (W cores) takes at least one
 worker's share, a vector step of ``n / W`` envs. One process takes a vector step of ``n``. So

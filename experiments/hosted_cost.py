@@ -1,4 +1,4 @@
-"""Where a hosted vector env's step goes (docs/benchmarks.md, "Past the bare loop").
+"""Where a hosted vector env's step goes (docs/lab/benchmarks.md, "Past the bare loop").
 
 Steps ``VecSampler(HostedVector(env_id))`` with full batches for ``--seconds`` and reports, per
 batch step, the wall time and the CPU time (user and system, from ``/proc``) of the parent and

@@ -1,4 +1,4 @@
-"""Ctrl-C at random points, over and over (docs/reliability.md, "Interrupts").
+"""Ctrl-C at random points, over and over (docs/reliability.md#signals).
 
 A timer thread sends SIGINT to this process 0.5-10 ms into a random call: reset, step, a
 step_send/step_recv round, call, get_attr, or close. After each caught KeyboardInterrupt the

@@ -1,7 +1,7 @@
-"""One MultiTaskSampler meta-batch against a bare loop (docs/maml.md#halfcheetahdir-sampling-time).
+"""A MultiTaskSampler meta-batch against bare loops (docs/lab/maml.md#halfcheetahdir-sampling-time).
 
 Wall time of one MultiTaskSampler meta-batch against a bare single-process loop; the timing in
-that section of docs/maml.md comes from this script.
+that section of docs/lab/maml.md comes from this script.
 
 The paper's HalfCheetahDir config: 40 tasks x 20 episodes x 100 steps, train and valid rounds,
 so 160,000 env steps per meta-batch. The sampler's time is the median over ``--repeats`` calls
@@ -25,7 +25,7 @@ env.step time per step (``MultiTaskSampler.stats()``) against the bare loops'.
 The sampler steps vecsample's batch-native MuJoCo task envs (``HalfCheetahDirBatch-v5``, one
 per worker, one ``MjData`` per env: docs/mujoco_batch.md) where the config's env
 has one, as ``MultiTaskSampler`` does by default; ``--no-batch-envs`` keeps gymnasium's single
-envs (runs 1 to 3 of docs/maml.md). The bare loops stay gymnasium's single envs either way:
+envs (runs 1 to 3 of docs/lab/maml.md). The bare loops stay gymnasium's single envs either way:
 issue 25's P8 asks the batch envs' sampler to beat that ideal (ratio to ``1env`` <= 1.0).
 
 Run: ``python experiments/maml_timing.py --repeats 3`` (needs psutil, in the ``test`` extra)

@@ -1,6 +1,6 @@
-"""Meta-batch sampling time on Meta-World+: vecsample against their vector envs (docs/maml.md).
+"""Meta-batch sampling time on Meta-World+: vecsample against their vector envs (docs/lab/maml.md).
 
-The timing in docs/maml.md#meta-world-sampling-time comes from this script. One meta-batch is
+The timing in docs/lab/maml.md#meta-world-sampling-time comes from this script. One meta-batch is
 what MAML-TRPO samples per outer step: ``meta_batch_size`` tasks x ``episodes_per_task``
 episodes x ``max_path_length`` steps, a train round and a valid round, so
 ``2 * M * E * L`` env steps. Backends, timed in turn (the order rotates every repeat, so each

@@ -1,4 +1,4 @@
-"""Batch MuJoCo envs against their physics floor (docs/mujoco_batch.md#the-physics-floor).
+"""Batch MuJoCo envs against their physics floor (docs/lab/mujoco_batch.md#the-physics-floor).
 
 For every gymnasium MuJoCo v5 env with a batch form (``vecsample.envs.mujoco_batch.ENVS``), in
 one process, on one core, three loops step the same envs with the same seeds and actions:
@@ -25,7 +25,7 @@ beside its physics); ``× rr`` = rr time / batch time (what the batch env costs 
 physics of its many ``MjData``); ``× gym`` = gym time / batch time, the batch env's speed per
 core over gymnasium's.
 
-Run: ``python experiments/mujoco_floor.py --rounds 5 --json docs/results/mujoco_floor.json``
+Run: ``python experiments/mujoco_floor.py --rounds 5 --json docs/lab/results/mujoco_floor.json``
 """
 
 from __future__ import annotations

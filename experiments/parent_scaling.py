@@ -1,4 +1,4 @@
-"""The parent's cost per batch as the worker count grows, with sleep envs (docs/benchmarks.md).
+"""The parent's cost per batch as the worker count grows, with sleep envs (docs/lab/benchmarks.md).
 
 Every worker's block holds envs whose batch is one sleep of ``--sleep`` seconds
 (``vecsample.testing.SleepEnv``), so the workers use no CPU and the parent's own work per batch
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import tyro
+from _sleep_sampler import sleeping
 
 from vecsample.tools.bench import timed_run
-from vecsample.tools.bench_backends import Sampler
 
 
 @dataclass
@@ -50,8 +50,8 @@ def main(args: Args) -> None:
     samplers = {}
     try:
         for w, kind in configs:
-            samplers[(w, kind)] = Sampler.sleeping(w, args.envs_per_worker, args.sleep,
-                                                   args.timeout, partial=kind == "partial")
+            samplers[(w, kind)] = sleeping(w, args.envs_per_worker, args.sleep, args.timeout,
+                                           partial=kind == "partial")
         for _ in range(args.repeats):
             for c in configs:
                 _, _, profile = timed_run(samplers[c], args.seconds, c[0])

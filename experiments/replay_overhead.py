@@ -1,10 +1,10 @@
-"""What recording a replay log costs (docs/semantics.md, "Reproducing an asynchronous run").
+"""What recording a replay log costs (docs/lab/semantics.md#what-recording-a-replay-log-costs).
 
 Throughput, side by side: two samplers (partial batches, the loop of ``vecsample compare``),
 one recording to a log and one not, take turns repeat by repeat; the table gives each one's
 median steps/s and the median of the per-repeat ratios (record ÷ plain), and the log's size.
 (Up to eefba75 the script also timed the recorder's hooks alone, through private names; the
-figures in docs/semantics.md from that part name that commit.)
+figures in docs/lab/semantics.md from that part name that commit.)
 
 Run: ``python experiments/replay_overhead.py --seconds 2 --repeats 9``
 """

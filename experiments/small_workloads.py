@@ -1,4 +1,4 @@
-"""Small workloads: VectorEnv against SyncVectorEnv, a policy in the loop (docs/benchmarks.md).
+"""Small workloads: VectorEnv against SyncVectorEnv, a policy in the loop (docs/lab/benchmarks.md).
 
 CleanRL's ``ppo_continuous_action.py`` steps 4 HalfCheetahs with a torch MLP in the trainer's
 process, on machines of 2 cores: a batch that small does not pay for a round trip to worker
@@ -46,7 +46,7 @@ from torch import nn
 import vecsample
 from vecsample import EnvMaker, VectorEnv
 from vecsample.errors import PlacementNotice
-from vecsample.options import usable_cores
+from vecsample.machine import usable_cores
 
 
 @dataclass

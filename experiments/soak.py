@@ -1,4 +1,4 @@
-"""Soak test (R7): mixed recv timeouts, step counts checked (docs/reliability.md, R7: soak).
+"""Soak test (R7): mixed recv timeouts, step counts checked (docs/lab/reliability.md, R7: soak).
 
 Many CartPole steps through VecSampler. Each round picks a timeout from ``--timeouts`` (None =
 full batch, a float = partial batch), receives whichever workers are done, and sends those

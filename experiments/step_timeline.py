@@ -1,7 +1,7 @@
-"""Where a full batch's time goes (docs/benchmarks.md#where-the-time-goes).
+"""Where a full batch's time goes (docs/lab/benchmarks.md#where-the-time-goes).
 
 One timeline per ``step()``, parent and workers on one clock; the per-batch breakdown in that
-section of docs/benchmarks.md comes from here.
+section of docs/lab/benchmarks.md comes from here.
 
 Each worker records when it picked up its last step and when it published it
 (``VecSampler.worker_stats()``; ``time.perf_counter`` is CLOCK_MONOTONIC, shared by every

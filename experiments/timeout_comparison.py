@@ -4,7 +4,8 @@ The sampling loop (vecsample.tools.compare.sampling_loop): send to every worker,
 ``step_recv(timeout)``, run the policy on what came back, send those workers again. For every
 configuration it reports steps/s, workers per recv, policy calls per 1000 steps and the time in
 wait / policy / other, writes ``results.json`` and PNG plots under ``--out-dir``, and (with
-``--model``) the prediction of vecsample.tools.timeout_model next to each measurement.
+``--model``) the prediction of the loop model (experiments/_timeout_model.py) next to each
+measurement.
 
     python -m experiments.timeout_comparison --preset stragglers-vs-uniform   # from the checkout
 
@@ -39,15 +40,15 @@ import numpy as np
 import tyro
 from tyro.constructors import ConstructorRegistry, PrimitiveConstructorSpec, PrimitiveTypeInfo
 
+from experiments import _timeout_model as tm
 from vecsample.tools import compare
-from vecsample.tools import timeout_model as tm
 
 SEED_TIMEOUTS: list[float | None] = [None, 0.1, 0.01, 0.001, 0.0001]
 
 PresetName = Literal["compare", "halfcheetah-8x20", "halfcheetah-8x4000", "sleep-scaling",
                      "stragglers-vs-uniform", "n-sweep", "crossover"]
 #: Earlier names of presets, still accepted by ``--preset``: the commands of the dated results
-#: in docs/timeout.md use them.
+#: in docs/lab/timeout.md use them.
 PRESET_ALIASES = {"seed-small": "halfcheetah-8x20", "seed-large": "halfcheetah-8x4000",
                   "p6": "sleep-scaling", "p7": "stragglers-vs-uniform"}
 
@@ -62,7 +63,7 @@ class Args(compare.Grid):
     scale: float = 1.0
     """multiplies envs per worker and iterations (of a preset or not), for a small machine"""
     model: bool = False
-    """also predict each configuration with vecsample.tools.timeout_model"""
+    """also predict each configuration with the loop model (_timeout_model.py)"""
     torch_threads: int = 1
     """threads of the MLP policy in the parent: the workers need the cores"""
     out_dir: str = "runs/timeout"

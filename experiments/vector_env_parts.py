@@ -1,4 +1,4 @@
-"""Where VectorEnv's ``step`` spends its parent time in the live loop (docs/benchmarks.md).
+"""Where VectorEnv's ``step`` spends its parent time in the live loop (docs/lab/benchmarks.md).
 
 One ``VectorEnv`` with gymnasium's defaults (NextStep, infos, ``copy=True``) is stepped with
 actions sampled once. The sampler's parts are timed on their own clock, step by step (their
@@ -8,7 +8,7 @@ time over the timed steps, so their mean per step, with no median). The parts
 that cost VectorEnv more than ``VecSampler.step`` are the vector infos, the observation copy
 and the action-count check; the rest of ``step`` (posting, waiting, reading) is the sampler's
 own. Timed here, right after the wait, the parts run with cold caches: they cost several times
-what a loop over the same call in isolation shows (docs/benchmarks.md, "Where the time goes").
+what a loop over the same call in isolation shows (docs/lab/benchmarks.md, "Where the time goes").
 
 Run: ``python experiments/vector_env_parts.py --env-id ALE/Pong-v5 --num-envs 16``
 """

@@ -1,7 +1,7 @@
 """Action checks: shape, dtype and space, before anything is sent; what passes reaches the env.
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations

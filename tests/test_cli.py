@@ -129,7 +129,7 @@ def test_queue_choice_experiment_runs():
 
 
 def test_small_workloads_experiment_runs_on_a_tiny_budget(tmp_path):
-    """experiments/small_workloads.py (docs/benchmarks.md, "Small workloads and the parent's
+    """experiments/small_workloads.py (docs/lab/benchmarks.md, "Small workloads and the parent's
     share"): its table, the load average beside it, and the JSON the docs' figures come from."""
     out = tmp_path / "small.json"
     proc = run_script("small_workloads", "--env-ids", "CartPole-v1", "--num-envs", "2",

@@ -2,7 +2,7 @@
 failure in one leaves behind, and its deadline (which bounds a restart inside it too).
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations

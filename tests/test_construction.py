@@ -2,7 +2,7 @@
 is reported), every start method, the workers' settings, and the startup deadline.
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations
@@ -86,13 +86,20 @@ def test_spin_before_block_is_automatic_and_configurable(make_sampler):
 
     cores = len(os.sched_getaffinity(0))
     auto = make_sampler(fns(CountingEnv, 2), num_workers=1)
-    assert auto.config.spin_s == pytest.approx(200e-6)  # one worker always fits the cores
+    assert auto.layout.spin_s == pytest.approx(200e-6)  # one worker always fits the cores
     crowded = make_sampler(fns(CountingEnv, cores + 1), num_workers=cores + 1)
-    assert crowded.config.spin_s == 0.0  # more workers than cores: spinning would steal their CPU
+    assert crowded.layout.spin_s == 0.0  # more workers than cores: spinning would steal their CPU
     off = make_sampler(fns(CountingEnv, 2), num_workers=2, spin_us=0)
     for s in (auto, crowded, off):
         s.reset()
         assert s.step(ones(s.num_envs)).obs[0, 1] == 1
+
+
+def test_the_sampler_has_one_name_for_each_thing():
+    """``layout`` (no ``config`` alias) and no ``hand_over()``: ``send_all`` hands the core over
+    itself. Nothing was released under the old names, so they went without a warning period."""
+    assert not hasattr(VecSampler, "config") and not hasattr(VecSampler, "hand_over")
+
 
 
 # --- env factories and start methods --------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""SamplerContract (vecsample/testing.py) over every block kind, and proof that it can fail.
+"""SamplerContract (vecsample/testing/contract.py) over every block kind, and proof that it can
+fail.
 
 The three kinds a worker steps: an env block (CartPole, one env per row), a hosted
 ``SyncVectorEnv`` of CartPoles and a batch-native MuJoCo env; each contract test runs its

@@ -1,17 +1,18 @@
 """The docs name tests as evidence; every name must still be a test, so a test renamed or moved
 to another file fails here until the docs follow.
 
-In docs/*.md and README.md: a path ``tests/test_x.py`` must exist; ``test_x.py::test_y`` must be
-a test that tests/test_x.py defines; a bare ``test_y`` in backticks must be a test some file of
-tests/ defines (``test_y*`` or ``test_y...``: some test's name starts so). The upstream suites we
-run are not ours: gymnasium's tests named in the allowlist of tests/test_gymnasium_suite.py and
-SB3's file (``SUITE`` of tests/test_sb3_suite.py) are known; docs/sb3.md lists SB3's own tests
-by bare name, so that page's bare names are not checked.
+In docs/*.md, the lab notebook's docs/lab/*.md and README.md: a path ``tests/test_x.py`` must
+exist; ``test_x.py::test_y`` must be a test that tests/test_x.py defines; a bare ``test_y`` in
+backticks must be a test some file of tests/ defines (``test_y*`` or ``test_y...``: some test's
+name starts so). The upstream suites we run are not ours: gymnasium's tests named in the
+allowlist of tests/test_gymnasium_suite.py and SB3's file (``SUITE`` of tests/test_sb3_suite.py)
+are known; docs/sb3.md lists SB3's own tests by bare name, so that page's bare names are not
+checked.
 
 Links between these pages must land too: a link ``[x](page.md#anchor)`` (or ``(#anchor)`` within
-a page), or ``docs/page.md#anchor`` in the code's docstrings, needs the page and a heading whose
-anchor, as GitHub makes it, is ``anchor``; so a heading renamed fails here until every link to it
-follows.
+a page), or ``docs/page.md#anchor`` (``docs/lab/page.md#anchor``) in the docstrings and
+comments of the code, the scripts and the tests, needs the page and a heading whose anchor, as
+GitHub makes it, is ``anchor``; so a heading renamed fails here until every link to it follows.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+DOCS = [*sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "lab").glob("*.md")),
+        ROOT / "README.md"]
+DOC_IDS = [str(p.relative_to(ROOT)) for p in DOCS]
 
 PATH = re.compile(r"\btests/(test_\w+\.py)")
 QUALIFIED = re.compile(r"(?<!\w)(test_\w+\.py)::(test_\w+)")
@@ -32,7 +35,7 @@ DEF = re.compile(r"^\s*def (test_\w+)\(", re.MULTILINE)
 UPSTREAM = re.compile(r"^\s+\"(test_\w+\.py::test_\w+)", re.MULTILINE)
 SB3_SUITE = re.compile(r"^SUITE = \"tests/(test_\w+\.py)\"", re.MULTILINE)
 #: Pages that name an upstream suite's tests by bare name.
-BARE_UNCHECKED = {"sb3.md"}
+BARE_UNCHECKED = {"docs/sb3.md"}
 
 
 def defined_tests(folder: Path) -> dict[str, set[str]]:
@@ -93,20 +96,20 @@ def broken_links(doc: Path, text: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
+@pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
 def test_every_link_to_a_heading_lands(doc):
     found = broken_links(doc, doc.read_text())
     assert not found, f"{doc.name} links to headings that do not exist: {found}"
 
 
-CODE_LINK = re.compile(r"\b(docs/\w+\.md)#([\w-]+)")
+CODE_LINK = re.compile(r"\b(docs/(?:lab/)?\w+\.md)#([\w-]+)")
 
 
 def test_every_heading_the_code_names_exists():
-    """``docs/page.md#anchor`` in a docstring or comment of the package, the scripts or the
-    examples must land as a link would."""
-    sources = [p for folder in ("vecsample", "experiments", "examples")
-               for p in sorted((ROOT / folder).rglob("*.py"))]
+    """``docs/page.md#anchor`` in a docstring or comment of the package, the scripts, the
+    examples or the tests (this file's own examples aside) must land as a link would."""
+    sources = [p for folder in ("vecsample", "experiments", "examples", "tests")
+               for p in sorted((ROOT / folder).rglob("*.py")) if p != Path(__file__).resolve()]
     found = [f"{p.relative_to(ROOT)}: {page}#{anchor}" for p in sources
              for page, anchor in CODE_LINK.findall(p.read_text())
              if not (ROOT / page).is_file() or anchor not in anchors((ROOT / page).read_text())]
@@ -123,12 +126,14 @@ def test_a_link_to_a_renamed_heading_is_caught(tmp_path):
     assert broken_links(page, text) == ["b.md#results", "b.md#not-a-heading", "c.md#b", "#nope"]
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
+@pytest.mark.parametrize("doc", DOCS, ids=DOC_IDS)
 def test_every_test_the_docs_name_exists(doc):
     tests, upstream = defined_tests(ROOT / "tests"), upstream_tests(ROOT / "tests")
     # tests/test_contract.py runs SamplerContract's test methods by subclassing it.
-    tests["test_contract.py"] |= set(DEF.findall((ROOT / "vecsample/testing.py").read_text()))
-    found = dangling(doc.read_text(), tests, upstream, bare=doc.name not in BARE_UNCHECKED)
+    contract = ROOT / "vecsample/testing/contract.py"
+    tests["test_contract.py"] |= set(DEF.findall(contract.read_text()))
+    bare = str(doc.relative_to(ROOT)) not in BARE_UNCHECKED
+    found = dangling(doc.read_text(), tests, upstream, bare=bare)
     assert not found, f"{doc.name} names tests that do not exist: {found}"
 
 

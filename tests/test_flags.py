@@ -94,7 +94,7 @@ def test_every_experiment_parses_with_tyro_and_names_its_docs_page(name):
     assert module.parse_args([]) == module.Args()  # no flags, no preset: the Args defaults
     source = SCRIPTS[name].read_text()
     assert "import argparse" not in source and "vecsample.flags" not in source
-    pages = re.findall(r"docs/[\w-]+\.md", module.__doc__.splitlines()[0])
+    pages = re.findall(r"docs/(?:lab/)?[\w-]+\.md", module.__doc__.splitlines()[0])
     assert pages, f"{name}: line 1 of the docstring should name its docs/*.md page"
     assert all((ROOT / page).is_file() for page in pages), pages
 

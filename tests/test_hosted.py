@@ -17,7 +17,6 @@ import pytest
 
 import vecsample
 from vecsample import HostedVector, VecSampler, errors
-from vecsample.adapters import gymnasium as gymnasium_adapter
 from vecsample.seeding import env_seeds
 from vecsample.testing import CountingEnv, RaisingEnv
 
@@ -470,15 +469,14 @@ def test_a_hosted_disabled_block_with_an_ended_env_is_refused_before_it_steps(ma
 
 class FreezingCounting(gym.vector.VectorEnv):
     """``num_envs`` CountingEnvs (with infos) under Disabled that declare
-    ``freezes_ended_envs``: a step steps only the envs not ended since their reset, and returns
-    junk for the others (NaN observations, reward 99, terminated False and truncated True, an
-    info), which the hosted block must not write: what a frozen row shows is the block's."""
-
-    freezes_ended_envs = True
-    supports_reset_mask = True
+    ``freezes_ended_envs`` and ``supports_reset_mask`` in their metadata: a step steps only the
+    envs not ended since their reset, and returns junk for the others (NaN observations, reward
+    99, terminated False and truncated True, an info), which the hosted block must not write:
+    what a frozen row shows is the block's."""
 
     def __init__(self, num_envs: int) -> None:
-        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.DISABLED}
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.DISABLED,
+                         "freezes_ended_envs": True, "supports_reset_mask": True}
         self.num_envs = num_envs
         self.envs = [CountingEnv(info=True) for _ in range(num_envs)]
         self.single_observation_space = self.envs[0].observation_space
@@ -545,28 +543,19 @@ def test_a_hosted_env_that_freezes_ended_rows_steps_like_the_bare_loop_with_froz
     assert frozen > N  # many frozen rows were compared
 
 
-def test_the_renamed_keywords_keep_their_old_names_for_a_release(monkeypatch):
-    """``kwargs=``/``vectorization=`` became ``env_kwargs=``/``vectorization_mode=`` (the names
-    gymnasium and VecSampler use): the old names warn and keep their meaning."""
-    new = HostedVector("CartPole-v1", vectorization_mode="sync",
-                       env_kwargs={"max_episode_steps": 9})
-    with pytest.warns(DeprecationWarning, match="use env_kwargs"):
-        old = HostedVector("CartPole-v1", kwargs={"max_episode_steps": 9}, vectorization="sync")
-    assert old == new
-    with pytest.warns(DeprecationWarning, match="use vectorization_mode"):
-        assert old.vectorization == "sync"
-    with pytest.warns(DeprecationWarning, match="use env_kwargs"):
-        assert old.kwargs == {"max_episode_steps": 9}
-    with pytest.raises(errors.ConfigError, match="pass env_kwargs= only"):
-        HostedVector("CartPole-v1", env_kwargs={}, kwargs={})
-    built: list[Any] = []  # what make_vec hands VectorEnv, which is not started here
-    monkeypatch.setattr(gymnasium_adapter, "VectorEnv", lambda fns, *a, **k: built.append(fns))
-    with pytest.warns(DeprecationWarning, match="use vectorization_mode="):
+def test_the_keywords_are_gymnasiums_names_only():
+    """``env_kwargs=``/``vectorization_mode=`` (the names gymnasium and VecSampler use), with no
+    alias: nothing was released under ``kwargs=``/``vectorization=``."""
+    hosted = HostedVector("CartPole-v1", vectorization_mode="sync",
+                          env_kwargs={"max_episode_steps": 9})
+    assert hosted == HostedVector("CartPole-v1", "sync", {"max_episode_steps": 9})
+    assert not hasattr(hosted, "kwargs") and not hasattr(hosted, "vectorization")
+    with pytest.raises(TypeError, match="kwargs"):
+        HostedVector("CartPole-v1", kwargs={"max_episode_steps": 9})
+    # make_vec passes an unknown keyword on to VectorEnv, which refuses it before any process
+    # starts: it names no Options field.
+    with pytest.raises(errors.ConfigError, match="got 'vectorization'"):
         vecsample.make_vec("CartPole-v1", 4, 1, vectorization="sync")
-    vecsample.make_vec("CartPole-v1", 4, 1, vectorization_mode="sync")
-    assert built[0] == built[1] == HostedVector("CartPole-v1", "sync", num_envs=4)
-    with pytest.raises(errors.ConfigError, match="pass vectorization_mode= only"):
-        vecsample.make_vec("CartPole-v1", 4, vectorization="sync", vectorization_mode="sync")
 
 
 @pytest.mark.parametrize("mode", ["SameStep", "NextStep", "Disabled"])

@@ -8,7 +8,7 @@ random point of a send/recv loop, round after round, and checks the same invaria
 call that raised changed nothing, a call that returned did its work.
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations
@@ -483,3 +483,212 @@ def test_a_sigint_that_lands_in_a_finalizer_is_raised_after_it(make_sampler):
         while time.monotonic() < deadline:
             time.sleep(0.01)
     assert ran == [sum(range(1000))]  # the finalizer ran to its end: it was not cut short
+
+
+# --- samplers made in a thread, and samplers side by side -----------------------------------------
+
+
+@pytest.fixture
+def python_sigint() -> Any:
+    """Python's own SIGINT handler for the test, as in a process whose main thread has made no
+    sampler yet; the handler from before it afterwards."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+#: ``step_send_many``'s code, to tell its KeyboardInterrupts apart.
+SEND_MANY = VecSampler.step_send_many.__code__
+THREAD_WORKERS = 4
+
+
+def _in_send_many(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not SEND_MANY:
+        tb = tb.tb_next
+    return tb is not None
+
+
+def _send_many_round(s: VecSampler, tally: Tally, delay: float) -> None:
+    """Full rounds of step_send_many then step_recv until one SIGINT (sent ``delay`` s in)
+    raises; then what it left pending is received. A KeyboardInterrupt out of step_send_many
+    (not a held one) must have posted nothing; every posted step is handed over once, run once."""
+    tally.rounds += 1
+    workers, actions = list(range(THREAD_WORKERS)), [ones(1)] * THREAD_WORKERS
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+    before = int(s.handshake_state().posted.sum())
+    try:
+        try:
+            timer.start()
+            while True:
+                before = int(s.handshake_state().posted.sum())
+                s.step_send_many(workers, actions)
+                _receive_all(s, tally)
+        finally:
+            timer.cancel()
+            timer.join()
+    except KeyboardInterrupt as exc:
+        tally.interrupts["step_send_many" if _in_send_many(exc) else "other"] += 1
+        posted = int(s.handshake_state().posted.sum())
+        if _in_send_many(exc) and not _was_held(exc) and posted != before:
+            tally.violations.append(f"step_send_many raised after posting {posted - before}")
+        _receive_all(s, tally)
+
+
+def _receive_all(s: VecSampler, tally: Tally) -> None:
+    """step_recv until nothing is pending; each result's env counted exactly its posted steps."""
+    while True:
+        try:
+            results = s.step_recv(None)
+        except errors.NoPendingError:
+            return
+        posted = s.handshake_state().posted
+        for r in results:
+            if r.obs[0, 1] != posted[r.worker]:
+                tally.violations.append(f"worker {r.worker}: t={r.obs[0, 1]} after "
+                                        f"{posted[r.worker]} posts")
+
+
+def _made_in_a_thread(make_sampler: Callable[..., VecSampler]) -> VecSampler:
+    """A sampler of 4 workers made in a threading.Thread (closed by the fixture)."""
+    made: list[VecSampler] = []
+    thread = threading.Thread(target=lambda: made.append(make_sampler(
+        fns(CountingEnv, THREAD_WORKERS, length=10**9), num_workers=THREAD_WORKERS,
+        deadline=10)))
+    thread.start()
+    thread.join()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not from a thread
+    return made[0]
+
+
+#: Where a SIGINT lands in step_send_many, once the first worker's step is posted.
+POSTED_POINTS = {"right after the first post": ("_channel._hs", "post"),
+                 "after the wake-up": ("_channel", "ring")}
+
+
+@posix_only
+@pytest.mark.parametrize("point", list(POSTED_POINTS))
+def test_a_sampler_made_in_a_thread_holds_a_sigint_that_comes_after_the_post(
+        python_sigint, make_sampler, monkeypatch, point):
+    """Issue 42, item 5: vecsample's SIGINT handler was installed only by a sampler made in the
+    main thread, so a sampler made in a thread and stepped by the main thread raised
+    KeyboardInterrupt out of step_send_many after posting (22-52 times in an outside storm
+    run, and posted steps were never handed over). The main thread's first call to it installs
+    the handler now: such a SIGINT is held, step_send_many returns, the next call raises it."""
+    s = _made_in_a_thread(make_sampler)
+    s.reset()
+    assert signal.getsignal(signal.SIGINT) is signals._on_sigint  # the main thread's first call
+    path, name = POSTED_POINTS[point]
+    target = _target(s, path)
+    inner = getattr(target, name)
+
+    def once_then_sigint(*args: object) -> object:
+        monkeypatch.setattr(target, name, inner)
+        result = inner(*args)
+        signal.raise_signal(signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(target, name, once_then_sigint)
+    workers = list(range(THREAD_WORKERS))
+    outcome = _outcome(s.step_send_many, workers, [ones(1)] * THREAD_WORKERS)
+    assert (outcome, s.handshake_state().posted.tolist()) == ("returned", [1] * THREAD_WORKERS)
+    assert _outcome(s.step_recv, None) == "KeyboardInterrupt"  # the held SIGINT, nothing taken
+    tally = Tally()
+    _receive_all(s, tally)
+    assert tally.violations == [] and s.stats()["workers_received"] == THREAD_WORKERS
+
+
+@posix_only
+def test_a_storm_of_sigints_on_a_sampler_made_in_a_thread_loses_nothing(python_sigint,
+                                                                        make_sampler):
+    """Issue 42, item 5, as the outside run found it: 3 s of rounds, each with one SIGINT at
+    a random point of step_send_many/step_recv rounds over 4 workers made in a thread. After
+    each: a KeyboardInterrupt out of step_send_many posted nothing, each posted step is handed
+    over once, run once."""
+    s = _made_in_a_thread(make_sampler)
+    s.reset()
+    rng, tally, start = np.random.default_rng(0), Tally(), time.monotonic()
+    while time.monotonic() - start < 3.0:
+        _send_many_round(s, tally, float(rng.uniform(0.0, 2e-3)))
+    assert tally.violations == [], (tally.violations[:5], len(tally.violations))
+    assert sum(tally.interrupts.values()) == tally.rounds > 100, tally
+    state = s.handshake_state()
+    assert s.stats()["workers_received"] == state.posted.sum()  # each posted step handed over
+    np.testing.assert_array_equal(state.finished, state.posted)
+
+
+def _users_handler(signum: int, frame: Any) -> None:
+    """A SIGINT handler of the user's own, which raises at once: vecsample keeps it."""
+    raise KeyboardInterrupt
+
+
+@posix_only
+def test_a_section_an_interrupt_cut_at_its_end_does_not_touch_a_later_sampler(
+        python_sigint, make_sampler, monkeypatch):
+    """Issue 42, item 5: after the storms on a sampler made in a thread, a sampler made in the
+    main thread of the same process lost a whole round of steps and raised false
+    WorkerBusyErrors (2 runs of 3). A handler that is not vecsample's (Python's own, there; a
+    user's) raises a SIGINT at once, so one that lands on the first bytecode of a section's end
+    (``signals.leave``) left the main thread's sections open for good: the later sampler's
+    handler then held every SIGINT and undid every hand-over after one (its results returned,
+    its workers left stepping). The open section is simulated here, exactly: the first call of
+    ``leave`` raises KeyboardInterrupt before its body. Installing vecsample's handler forgets
+    it, and the later sampler goes through SIGINT rounds unharmed."""
+    signal.signal(signal.SIGINT, _users_handler)
+    first = make_sampler(fns(CountingEnv, 2), num_workers=2)
+    first.reset()
+    leave = signals.leave
+
+    def leave_cut_short() -> None:
+        monkeypatch.setattr(signals, "leave", leave)
+        raise KeyboardInterrupt  # where the user's handler raises, before leave's body
+
+    monkeypatch.setattr(signals, "leave", leave_cut_short)
+    first.step_send(0, ones(1))
+    with pytest.raises(KeyboardInterrupt):
+        first.step_recv(None)
+    first.close()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    s = make_sampler(fns(CountingEnv, 2, length=10**9), num_workers=1, deadline=10)
+    assert signal.getsignal(signal.SIGINT) is signals._on_sigint
+    s.reset()
+    rng, tally = np.random.default_rng(1), Tally()
+    for _ in range(40):
+        _round(s, tally, float(rng.uniform(0.0, 1e-3)))
+    assert tally.violations == [], (tally.violations[:5], len(tally.violations))
+    assert _posted(s) == _received(s)
+
+
+@posix_only
+def test_a_sigint_is_never_raised_in_a_sampler_of_another_thread(make_sampler):
+    """A sampler stepped in another thread while SIGINTs come to the main thread: each comes out
+    in the main thread. The main thread's sections were counted with every thread's: a SIGINT
+    that came while the other thread was in one of its sections was held, then raised in that
+    thread at the section's end (or undid its hand-over), and the main thread never saw it."""
+    s = make_sampler(fns(CountingEnv, 2, length=10**9), num_workers=2, deadline=10)
+    assert signal.getsignal(signal.SIGINT) is signals._on_sigint
+    s.reset()
+    stop, in_thread = threading.Event(), []
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                s.step(ones(2))
+            except BaseException as exc:  # what the thread must never see
+                in_thread.append(repr(exc))
+                return
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    caught = 0
+    try:
+        for _ in range(100):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)  # the handler runs here, at once: the sleep is cut short
+            except KeyboardInterrupt:
+                caught += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert (in_thread, caught) == ([], 100)

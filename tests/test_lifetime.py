@@ -5,7 +5,7 @@ thread, a forked child leaves the parent's sampler working; close() is bounded a
 everything after it is a ClosedError, and create/close cycles leak nothing.
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations

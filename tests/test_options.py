@@ -3,7 +3,11 @@ in every public constructor; the replay header built from it (docs/semantics.md,
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import itertools
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,10 +61,14 @@ def test_the_defaults():
 
 def test_every_field_has_a_docstring_in_the_source():
     source = Path(Options.__module__.replace(".", "/") + ".py")
-    text = (Path(__file__).resolve().parents[1] / source).read_text()
-    for name in NAMES:
-        after = text.split(f"\n    {name}: ", 1)[1].split("\n", 2)
-        assert after[1].lstrip().startswith('"""'), f"{name} has no docstring under it"
+    tree = ast.parse((Path(__file__).resolve().parents[1] / source).read_text())
+    body = next(node.body for node in tree.body
+                if isinstance(node, ast.ClassDef) and node.name == "Options")
+    documented = {stmt.target.id for stmt, after in itertools.pairwise(body)
+                  if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                  and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                  and isinstance(after.value.value, str)}
+    assert set(NAMES) <= documented, f"no docstring under {sorted(set(NAMES) - documented)}"
 
 
 def test_every_field_is_checked():
@@ -186,12 +194,7 @@ def _ray(name: str, value: Any) -> Any:
     ray_sampler = pytest.importorskip("vecsample.ray")
     from vecsample.testing import FixedActionPolicy
 
-    # The Options fields by keyword, as for every constructor, but the two whose names are
-    # RaySampler's own knobs' old names (deprecated aliases of actor_restarts, start_deadline):
-    # those reach the actors' Options through options= (sampler_kwargs= is deprecated).
-    if name in ray_sampler.sampler.RENAMED:
-        return ray_sampler.RaySampler("CartPole-v1", FixedActionPolicy, num_envs=2,
-                                      options=Options(**{name: value}))
+    # The Options fields by keyword, as for every constructor.
     return ray_sampler.RaySampler("CartPole-v1", FixedActionPolicy, num_envs=2,
                                   **{name: value})
 
@@ -250,6 +253,22 @@ def test_options_note_which_fields_were_given_whatever_their_value():
     same = Options(autoreset_mode="SameStep")  # the default value, given
     assert same == Options() and same.given == {"autoreset_mode"}
     assert same.replace(deadline=3).given == {"autoreset_mode", "deadline"}
+
+
+def test_given_keeps_the_dataclass_signature_and_travels_with_the_options():
+    """``given`` is noted before the dataclass's own ``__init__`` runs, so ``help(Options)``
+    shows the fields; a pickled copy (an actor's, a worker's) keeps it."""
+    assert tuple(inspect.signature(Options).parameters) == NAMES
+    options = Options(2, infos=False)
+    assert pickle.loads(pickle.dumps(options)).given == {"num_workers", "infos"}
+    with pytest.raises(errors.ConfigError, match="the closest field is 'num_workers'"):
+        Options(num_workrs=2)
+
+
+def test_every_field_carries_its_check():
+    """The check of each option sits in its field's metadata, beside its default."""
+    for f in dataclasses.fields(Options):
+        assert callable(f.metadata["check"]) and isinstance(f.metadata["tuning"], bool), f.name
 
 
 @pytest.mark.parametrize("mode", ["SameStep", "Disabled", "NextStep"])

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from vecsample._parent.stats import merged_totals, wall_split
 from vecsample.train.profile import (
     PhaseTimer,
     ProgressBar,
@@ -136,12 +137,15 @@ def test_progress_bar_shows_steps_per_second_and_the_biggest_phase(clock: Manual
     assert "ret=1.5" in text
 
 
-def test_summary_merges_external_phases_into_one_wall_split(clock: ManualClock) -> None:
+def test_stats_merge_a_timers_phases_into_one_wall_split(clock: ManualClock) -> None:
+    """What ``VecSampler.stats()`` does with a timer registered through ``add_phases``: its
+    phases and the sampler's own (``send``, ``wait``) split one wall time."""
     timer = PhaseTimer(clock)
     with timer.phase("inference"):
         clock.tick(1.0)
     clock.tick(3.0)
-    flat = timer.summary({"wait": 2.0, "send": 0.5}, steps=80)
+    totals = merged_totals([timer], {"wait": 2.0, "send": 0.5})
+    flat = wall_split(totals, timer.wall_s, 80)
     assert flat["wall_s"] == pytest.approx(4.0)
     assert flat["inference_s"] == pytest.approx(1.0) and flat["inference_pct"] == pytest.approx(25)
     assert flat["wait_pct"] == pytest.approx(50) and flat["send_pct"] == pytest.approx(12.5)

@@ -9,6 +9,7 @@ visible, and from FixedActionPolicy, whose action is its weights.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import itertools
 import subprocess
 import sys
@@ -63,9 +64,7 @@ def make_ray_sampler(cluster: Cluster) -> Iterator[Callable[..., RaySampler]]:
     made: list[RaySampler] = []
 
     def make(env_fns: list[Callable[[], Any]] | None = None, **kwargs: Any) -> RaySampler:
-        options: dict[str, Any] = {"chunk_length": CHUNK, "seed": 0, "start_deadline": 60.0}
-        if "deadline" in kwargs:  # its deprecated name, which may not come with it
-            del options["start_deadline"]
+        options: dict[str, Any] = {"chunk_length": CHUNK, "seed": 0, "actor_deadline": 60.0}
         options.update(kwargs)
         sampler = RaySampler(env_fns or fns(CountingEnv, ENVS, length=LENGTH), FixedActionPolicy,
                              **options)
@@ -117,7 +116,7 @@ def test_partial_recv_keeps_pending_chunks(make_ray_sampler: Callable[..., RaySa
     received: dict[int, list[Chunk]] = {0: [], 1: []}
     sizes = []
     while min(len(v) for v in received.values()) < 4:
-        chunks = sampler.recv(timeout=0.0 if not sizes else 0.01, min_chunks=1)
+        chunks = sampler.recv(1, max_wait=0.0 if not sizes else 0.01)
         sizes.append(len(chunks))
         for chunk in chunks:
             received[chunk.actor_id].append(chunk)
@@ -128,7 +127,7 @@ def test_partial_recv_keeps_pending_chunks(make_ray_sampler: Callable[..., RaySa
     for chunks in received.values():
         for before, after in itertools.pairwise(chunks):  # nothing lost, repeated or reordered
             np.testing.assert_array_equal(after.obs[0], before.next_obs)
-    more = sampler.recv(timeout=None, min_chunks=3)
+    more = sampler.recv(3)
     assert len(more) >= 3
 
 
@@ -159,7 +158,7 @@ def test_killed_actor_is_restarted_and_reported(
     after_death: list[Chunk] = []
     end = time.monotonic() + 90.0
     while not after_death and time.monotonic() < end:
-        after_death = [c for c in sampler.recv(timeout=1.0) if c.actor_id == 0 and
+        after_death = [c for c in sampler.recv(max_wait=1.0) if c.actor_id == 0 and
                        sampler.stats()["actor_deaths"] == 1]
     stats = sampler.stats()
     assert stats["actor_deaths"] == 1 and stats["actors_alive"] == 2
@@ -206,7 +205,7 @@ def test_an_actor_killed_children_first_loses_its_chunk_not_the_run(
         chunks: list[Chunk] = []
         end = time.monotonic() + 90.0
         while len(chunks) < 3 and time.monotonic() < end:  # the killed one's recv has none
-            chunks += sampler.recv(timeout=1.0)
+            chunks += sampler.recv(max_wait=1.0)
     finally:
         cloudpickle.unregister_pickle_by_value(module)
     stats = sampler.stats()
@@ -244,53 +243,38 @@ def test_bad_arguments_are_config_errors(cluster: Cluster) -> None:
             RaySampler(fns(CountingEnv, 2), FixedActionPolicy, **kwargs)
 
 
-def test_own_knobs_and_options_by_their_new_names(
-    make_ray_sampler: Callable[..., RaySampler],
-) -> None:
+def test_own_knobs_and_options_by_name(make_ray_sampler: Callable[..., RaySampler]) -> None:
+    """``actor_restarts`` and ``actor_deadline`` are RaySampler's own; every Options field,
+    ``max_restarts`` and ``deadline`` included, goes to each actor's VecSampler, as a keyword or
+    in ``options=``, as every constructor takes them."""
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new names warn about nothing
+        warnings.simplefilter("error")  # no name warns
         sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1, actor_restarts=1,
-                                   start_deadline=50.0, infos=False,
-                                   options=Options(max_restarts=7, deadline=9.0))
-    assert (sampler.actor_restarts, sampler.start_deadline) == (1, 50.0)
+                                   actor_deadline=50.0, max_restarts=7, deadline=9.0,
+                                   options=Options(infos=False))
+    assert (sampler.actor_restarts, sampler.actor_deadline) == (1, 50.0)
     options = sampler.options
     assert (options.max_restarts, options.deadline, options.infos) == (7, 9.0, False)
+    assert not hasattr(sampler, "max_restarts") and not hasattr(sampler, "deadline")
     assert len(sampler.recv()) == 1
 
 
-@pytest.mark.parametrize(("old", "new", "value"), [("max_restarts", "actor_restarts", 1),
-                                                   ("deadline", "start_deadline", 50.0)])
-def test_an_old_name_warns_and_keeps_its_meaning(
-    make_ray_sampler: Callable[..., RaySampler], old: str, new: str, value: float,
-) -> None:
-    with pytest.warns(FutureWarning, match=f"{old} is deprecated: it is {new} now"):
-        sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1, **{old: value})
-    assert getattr(sampler, new) == value
-    # RaySampler's own knob, never the Options field of that name:
-    assert getattr(sampler.options, old) == getattr(Options(), old)
-    with pytest.warns(FutureWarning, match=f"attribute {old} is deprecated"):
-        assert getattr(sampler, old) == value
-    assert len(sampler.recv()) == 1
+def test_the_ray_knobs_say_what_they_bound() -> None:
+    """``timeout`` means the partial batch's window in vecsample; RaySampler's cap on a partial
+    recv is ``max_wait`` (keyword-only: ``recv(3)`` asks for 3 chunks) and its bound on the
+    actors is ``actor_deadline``, apart from ``Options.startup_deadline``."""
+    recv = inspect.signature(RaySampler.recv).parameters
+    assert list(recv) == ["self", "min_chunks", "max_wait"]
+    assert recv["max_wait"].kind is inspect.Parameter.KEYWORD_ONLY
+    init = inspect.signature(RaySampler.__init__).parameters
+    assert "actor_deadline" in init and "start_deadline" not in init
 
 
-def test_sampler_kwargs_warns_and_still_sets_options(
-    make_ray_sampler: Callable[..., RaySampler],
-) -> None:
-    with pytest.warns(FutureWarning, match="sampler_kwargs is deprecated"):
-        sampler = make_ray_sampler(fns(CountingEnv, 2), num_actors=1,
-                                   sampler_kwargs={"infos": False, "max_restarts": 7})
-    # Its fields are Options fields, as they always were (max_restarts included).
-    assert (sampler.options.infos, sampler.options.max_restarts) == (False, 7)
-    assert sampler.actor_restarts == 3
-    assert len(sampler.recv()) == 1
-
-
-def test_an_old_and_a_new_name_together_are_refused_before_ray_starts(cluster: Cluster) -> None:
-    for kwargs in ({"max_restarts": 1, "actor_restarts": 2},
-                   {"deadline": 5.0, "start_deadline": 6.0},
-                   {"sampler_kwargs": {"infos": False}, "infos": True}):
-        with pytest.warns(FutureWarning), pytest.raises(errors.ConfigError, match="both"):
-            RaySampler(fns(CountingEnv, 2), FixedActionPolicy, **kwargs)
+def test_sampler_kwargs_is_no_argument(cluster: Cluster) -> None:
+    """Nothing was released under ``sampler_kwargs=``: it is an unknown option's name, refused
+    before Ray starts an actor."""
+    with pytest.raises(errors.ConfigError, match="got 'sampler_kwargs'"):
+        RaySampler(fns(CountingEnv, 2), FixedActionPolicy, sampler_kwargs={"infos": False})
 
 
 def test_ppo_ray_example_runs_on_a_tiny_budget(

@@ -59,7 +59,7 @@ def make(cluster: Cluster) -> Iterator[Callable[..., RaySampler]]:
 
     def build(env_fns: list[Any] | None = None, policy: Any = ModePolicy,
               **kwargs: Any) -> RaySampler:
-        kwargs = {"chunk_length": CHUNK, "seed": 0, "start_deadline": 60.0, **kwargs}
+        kwargs = {"chunk_length": CHUNK, "seed": 0, "actor_deadline": 60.0, **kwargs}
         sampler = RaySampler(env_fns or fns(CountingEnv, ENVS), policy, **kwargs)
         made.append(sampler)
         return sampler
@@ -170,8 +170,8 @@ def test_recv_after_every_actor_is_lost_raises_the_same_error(
         for _ in range(3):  # a chunk finished before the kill may still come first
             sampler.recv()
     message = str(first.value)
-    for again in (sampler.recv, functools.partial(sampler.recv, timeout=0.1),
-                  functools.partial(sampler.recv, None, min_chunks=1),
+    for again in (sampler.recv, functools.partial(sampler.recv, max_wait=0.1),
+                  functools.partial(sampler.recv, 1),
                   functools.partial(sampler.set_weights, 1)):
         with pytest.raises(ActorsLostError) as caught:  # never [] (a loop would spin forever)
             again()
@@ -187,14 +187,14 @@ def test_an_actor_killed_for_good_with_restarts_left_is_retired_not_awaited(
     make: Callable[..., RaySampler],
 ) -> None:
     # Ray will not restart it, restarts left or not: it is lost now, not "restarting" forever.
-    sampler = make(num_actors=1, actor_restarts=2, start_deadline=60.0)
+    sampler = make(num_actors=1, actor_restarts=2, actor_deadline=60.0)
     sampler.recv()
     ray.kill(sampler.actor(0), no_restart=True)
     start = time.monotonic()
     with pytest.raises(ActorsLostError, match=r"ray\.kill") as caught:
         for _ in range(3):  # a chunk finished before the kill may still come first
             sampler.recv()
-    assert time.monotonic() - start < 30.0  # well inside start_deadline: it was not waited for
+    assert time.monotonic() - start < 30.0  # well inside actor_deadline: it was not waited for
     assert sorted(caught.value.lost) == [0]
     assert_accounted(sampler)
 
@@ -208,7 +208,7 @@ def test_ray_shutdown_under_a_sampler_is_a_typed_error_and_starts_nothing(
     sampler = make(num_actors=1)
     sampler.recv()
     ray.shutdown()
-    for call in (sampler.recv, functools.partial(sampler.recv, timeout=0.1),
+    for call in (sampler.recv, functools.partial(sampler.recv, max_wait=0.1),
                  functools.partial(sampler.set_weights, 1)):
         with pytest.raises(RayShutdownError, match=r"ray\.shutdown"):
             call()
@@ -229,7 +229,7 @@ def test_arguments_are_checked_before_ray_starts(cluster: Cluster) -> None:
                        {"workers_per_actor": 3}, {"workers_per_actor": 0}):
             start = time.monotonic()
             with pytest.raises(errors.ConfigError, match=r"num_actors|workers_per_actor"):
-                RaySampler(fns(CountingEnv, 2), FixedActionPolicy, start_deadline=5.0, **kwargs)
+                RaySampler(fns(CountingEnv, 2), FixedActionPolicy, actor_deadline=5.0, **kwargs)
             assert not ray.is_initialized(), kwargs
             assert time.monotonic() - start < 2.0, kwargs  # no actor waited for either
     finally:
@@ -237,14 +237,14 @@ def test_arguments_are_checked_before_ray_starts(cluster: Cluster) -> None:
 
 
 def test_workers_per_actor_that_does_not_divide_the_envs_says_so(cluster: Cluster) -> None:
-    # Each would otherwise wait out start_deadline for CPUs, then blame them.
+    # Each would otherwise wait out actor_deadline for CPUs, then blame them.
     with pytest.raises(errors.ConfigError, match=r"not divisible .* choose workers_per_actor "
                        r"from \[1, 2, 4\]"):
         RaySampler(fns(CountingEnv, 4), FixedActionPolicy, workers_per_actor=3,
-                   start_deadline=5.0)
+                   actor_deadline=5.0)
     with pytest.raises(errors.ConfigError, match="at most"):
         RaySampler(fns(CountingEnv, 2), FixedActionPolicy, workers_per_actor=3,
-                   uneven_split=True, start_deadline=5.0)
+                   uneven_split=True, actor_deadline=5.0)
 
 
 # --- item 7: bad weights and bad policy outputs -------------------------------------------------

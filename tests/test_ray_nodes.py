@@ -48,7 +48,7 @@ def leak_check() -> Iterator[None]:
 
 def _sampler(**kwargs: Any) -> RaySampler:
     return RaySampler(fns(CountingEnv, 2), FixedActionPolicy, num_actors=2, chunk_length=8,
-                      seed=0, in_flight=IN_FLIGHT, start_deadline=60.0, **kwargs)
+                      seed=0, in_flight=IN_FLIGHT, actor_deadline=60.0, **kwargs)
 
 
 def _remove_nodes(cluster: Cluster) -> None:
@@ -72,14 +72,14 @@ def moved(cluster: Cluster) -> Iterator[dict[str, Any]]:
         facts: dict[str, Any] = {"victim": victim}
         end = time.monotonic() + 8.0
         while time.monotonic() < end:  # partial recvs, as a trainer polls: the survivor delivers
-            sampler.recv(timeout=0.5)
+            sampler.recv(max_wait=0.5)
             assert_accounted(sampler)
         facts["restarting"] = sampler.stats()
         facts["new_node"] = cluster.add_node(num_cpus=1).node_id
         back: list[Chunk] = []
         end = time.monotonic() + 60.0
         while not back and time.monotonic() < end:
-            back = [c for c in sampler.recv(timeout=1.0) if c.actor_id == victim]
+            back = [c for c in sampler.recv(max_wait=1.0) if c.actor_id == victim]
             assert_accounted(sampler)
         facts["back"], facts["after"], facts["nodes"] = back, sampler.stats(), sampler.actor_nodes()
         yield facts
@@ -125,7 +125,7 @@ def test_with_every_node_gone_recv_waits_for_the_restarts_then_names_them(
         sampler = _sampler(actor_restarts=6)
         sampler.recv()
         _remove_nodes(cluster)
-        sampler.start_deadline = 4.0  # how long a full recv waits for them
+        sampler.actor_deadline = 4.0  # how long a full recv waits for them
         start = time.monotonic()
         with pytest.raises(errors.DeadlineExceededError, match="restarting") as caught:
             for _ in range(2 * IN_FLIGHT):  # chunks made before the nodes went come first
@@ -137,7 +137,7 @@ def test_with_every_node_gone_recv_waits_for_the_restarts_then_names_them(
         assert caught.value.hung_workers and set(caught.value.hung_workers) <= {0, 1}
         end = time.monotonic() + 30.0
         while sampler.stats()["actors_restarting"] < 2 and time.monotonic() < end:
-            sampler.recv(timeout=0.5)  # partial recvs, as a trainer polls: nothing comes
+            sampler.recv(max_wait=0.5)  # partial recvs, as a trainer polls: nothing comes
         stats = sampler.stats()
         assert (stats["actor_deaths"], stats["actors_alive"], stats["actors_restarting"]) == \
             (2, 2, 2)

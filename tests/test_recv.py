@@ -2,7 +2,7 @@
 deadline of a step, and nothing lost or repeated.
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations
@@ -86,8 +86,7 @@ def test_stats_count_steps_and_time(make_sampler):
 @pytest.mark.parametrize(("spin_us", "yields"), [(200.0, 1), (0.0, 0)])
 def test_send_all_hands_the_core_over_only_where_the_sampler_spins(make_sampler, monkeypatch,
                                                                    spin_us, yields):
-    # Changed from the deprecated hand_over() to send_all, which now yields itself (issue 31):
-    # the same assertions, on the call that does it.
+    # send_all yields the core itself (issue 31): one yield, counted as waiting.
     s = make_sampler(fns(CountingEnv, 2, length=100), num_workers=1, spin_us=spin_us)
     s.reset()
     calls: list[None] = []
@@ -98,20 +97,6 @@ def test_send_all_hands_the_core_over_only_where_the_sampler_spins(make_sampler,
     assert len(calls) == yields  # one yield of the core, and nothing else
     assert (s.stats()["wait_s"] > waited) == bool(yields)  # counted as waiting
     assert s.step_recv(None)[0].rewards.tolist() == [1.0, 1.0]  # the step posted, once
-
-
-@pytest.mark.parametrize(("spin_us", "yields"), [(200.0, 1), (0.0, 0)])
-def test_hand_over_is_deprecated_and_still_yields_where_the_sampler_spins(
-        make_sampler, monkeypatch, spin_us, yields):
-    s = make_sampler(fns(CountingEnv, 2, length=100), num_workers=1, spin_us=spin_us)
-    s.reset()
-    calls: list[None] = []
-    monkeypatch.setattr(os, "sched_yield", lambda: calls.append(None))
-    with pytest.warns(DeprecationWarning, match="send_all"):
-        s.hand_over()
-    monkeypatch.undo()
-    assert len(calls) == yields
-    assert s.step(ones(2)).rewards.tolist() == [1.0, 1.0]  # no state was changed
 
 
 # --- the step API's state machine -----------------------------------------------------------------

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
 from helpers import kill_and_wait, posix_only, run_script
 
 from vecsample import VecSampler, errors
-from vecsample._wire.replay_log import MAGIC, LogReader, Tag
+from vecsample._wire.replay_log import MAGIC, VERSION, LogReader, Tag
 from vecsample.testing import CountingEnv, StragglerEnv, fns
 
 WORKERS, PER_WORKER = 4, 2
@@ -234,6 +235,69 @@ def test_a_damaged_log_is_a_typed_error(make_sampler, log, damage):
     with pytest.raises(errors.ReplayLogError, match=str(path)):
         s = make_sampler(fns(CountingEnv, 4), num_workers=2, seed=1, replay=path)
         s.reset()
+
+
+#: Records a log cannot hold.
+CRAFTED = {
+    "an unknown command": [6, 1, b"\x00" * 8],  # issue 42 item 8: ValueError out of Command(1)
+    "a command that is never recorded": [6, 7, None],
+    "a command by name": [6, "reset_task", None],
+    "a digest that is not bytes": [6, 4, "digest"],
+    "a digest of another size": [6, 4, b"\x00" * 3],
+    "an unknown kind": [42, 0],
+    "a kind that is not an int": ["SEND", 0],
+    "a kind that is a bool": [True, 0],
+    "too many fields": [1, 0, 0],
+    "too few fields": [7, 0],
+    "a worker that is a bool": [1, True],
+    "a negative worker": [1, -1],
+    "a worker that is a str": [1, "0"],
+    "workers that are not a list": [3, 0],
+    "a worker listed twice": [3, [0, 0]],
+    "a worker in the list that is not an int": [3, [0, 1.0]],
+    "hung workers that are not a list": [4, [0], "DeadlineExceededError", 1],
+    "an error type that is not a str": [4, [0], 3, []],
+    "a restart reason that is not a str": [7, 0, 5],
+    "a seed that is a float": [5, 1.5, None, None],
+    "a record that is a map": {"kind": 1, "worker": 0},
+    "a record that is an int": 1,
+    "an empty record": [],
+}
+
+
+@pytest.mark.parametrize("at", [1, 3], ids=["for step_send", "for step_recv"])
+@pytest.mark.parametrize("record", list(CRAFTED.values()), ids=list(CRAFTED))
+def test_a_crafted_record_is_a_replay_log_error_naming_it(make_sampler, log, record, at):
+    """Issue 42, item 8: ``[6, 1, <bytes>]`` raised ``ValueError: 1 is not a valid Command``
+    (replay described the record it diverged from); read by step_recv, ``[3, 0]`` and
+    ``[3, [0, 0]]`` raised a TypeError, and a call after a corrupt record an IndexError. A
+    record of the wrong kind, arity or field types is a ReplayLogError naming the record and
+    what a record of its kind holds, and the replay stops there: the next call says so too.
+    Nothing in a log is ever unpickled. The crafted record stands in for record ``at`` of the
+    run reset, step_send(0), step_send(1), step_recv()."""
+    _record_simple(make_sampler, log)
+    records = _records(log)
+    records[at] = record
+    start = len(MAGIC) + 6 + _header_size(log)
+    log.write_bytes(log.read_bytes()[:start] + b"".join(msgpack.packb(r) for r in records))
+    s = make_sampler(fns(CountingEnv, 4), num_workers=2, seed=1, replay=log, deadline=5)
+    s.reset()
+    with pytest.raises(errors.ReplayLogError, match=rf"record {at} \(byte \d+\) is not a "
+                       r"valid record: .*\(.*(expected|record is \[).*\); record the run again"):
+        s.step_send(0, np.ones(2, dtype=np.int64))
+        s.step_send(1, np.ones(2, dtype=np.int64))
+        s.step_recv(None)
+    with pytest.raises(errors.ReplayError, match="replay stopped earlier: replay log"):
+        s.step_send(0, np.ones(2, dtype=np.int64))
+
+
+def test_a_crafted_header_without_the_env_is_a_typed_error(make_sampler, log):
+    """A header map that lacks what a recorded run writes diverges at construction, typed (the
+    message read the missing "env" with a KeyError)."""
+    body = msgpack.packb({"num_envs": 2})
+    log.write_bytes(struct.pack("<8sHI", MAGIC, VERSION, len(body)) + body)
+    with pytest.raises(errors.ReplayDivergedError, match=r"num_envs=2 .*env not named"):
+        make_sampler(fns(CountingEnv, 4), num_workers=2, seed=1, replay=log)
 
 
 def test_record_and_replay_together_or_an_unwritable_path_are_config_errors(make_sampler, log):

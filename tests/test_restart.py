@@ -7,7 +7,7 @@ re-seeded, with the tasks and attributes set on its envs, and returns its envs r
 with ``pipeline=True``, where one process serves two halves (two workers of the step API).
 
 A scenario number in a docstring is that of the outside fault-injection run
-(docs/reliability.md, "The second pass").
+(docs/reliability.md#19-outside-fault-scenarios).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_env_exception_carries_worker_env_and_remote_traceback(make_sampler, whe
     err = info.value
     assert (err.worker, err.env) == (1, 3) and err.command == where.upper()
     assert f"injected failure in {where}" in err.remote_traceback
-    assert "vecsample/testing.py" in str(err.__cause__)  # remote frames, chained as the cause
+    assert "vecsample/testing/fakes.py" in str(err.__cause__)  # remote frames, chained as the cause
     s.close()
 
 

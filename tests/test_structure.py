@@ -2,7 +2,8 @@
 
 The core is every module at the top of ``vecsample/`` (``vecsample/*.py``) except ``__main__.py``,
 the command-line entry, whose job is to load the tools by name, and every module of the packages
-grouped by the process they run in (``_parent``, ``_worker``, ``_wire``) and of ``adapters``.
+grouped by the process they run in (``_parent``, ``_worker``, ``_wire``), of ``adapters`` and of
+``testing`` (the fakes and the contract, shipped with the core).
 Inside the core, ``_worker`` never imports ``_parent`` (a worker process runs none of the
 trainer's code), and ``_wire`` (formats both share) imports neither (docs/architecture.md).
 Integrations (``vecsample.train``, ``vecsample.ray``, ``vecsample.maml``) and tools
@@ -121,7 +122,7 @@ def forbidden_imports(source: str, filename: str) -> list[str]:
 
 
 #: The core's packages, grouped by the process their code runs in, and what each must not import.
-CORE_PACKAGES = ("_parent", "_worker", "_wire", "adapters")
+CORE_PACKAGES = ("_parent", "_worker", "_wire", "adapters", "testing")
 BANNED = {
     "_worker": ("vecsample._parent",),
     "_wire": ("vecsample._parent", "vecsample._worker"),
@@ -132,8 +133,7 @@ BANNED = {
 #: The records: what a user passes and gets (options, envs, results, errors, types) and the
 #: parent's side of a hosted env. They are imported by every process's code and import nothing
 #: of either process (docs/architecture.md).
-RECORDS = ("options", "factories", "results", "hosted", "seeding", "errors", "types",
-           "deprecation")
+RECORDS = ("options", "factories", "results", "hosted", "seeding", "errors", "types")
 
 
 def core_modules() -> list[Path]:
@@ -294,6 +294,25 @@ def test_files_are_grouped_by_the_process_they_run_in():
     assert not offenders, "imports across the process line:\n" + "\n".join(offenders)
 
 
+#: Calls that read the machine this process runs on: vecsample/machine.py's job, not a record's.
+MACHINE_READS = ("sched_getaffinity", "cpu_count", "process_cpu_count", "getloadavg")
+
+
+def machine_reads(source: str, filename: str) -> list[str]:
+    """Every call in ``source`` of a function named in ``MACHINE_READS``, as ``file:line``."""
+    return [f"{filename}:{node.lineno} calls {_called_name(node)}"
+            for node in ast.walk(ast.parse(source, filename))
+            if isinstance(node, ast.Call) and _called_name(node) in MACHINE_READS]
+
+
+def test_records_read_nothing_of_the_machine():
+    """A record holds what a user passes and gets; the cores it may use are read in
+    vecsample/machine.py, where an automatic choice asks for them."""
+    offenders = [o for name in RECORDS for o in machine_reads(
+        (PACKAGE / f"{name}.py").read_text(), f"vecsample/{name}.py")]
+    assert not offenders, "records reading the machine:\n" + "\n".join(offenders)
+
+
 def test_records_import_nothing_of_either_process():
     paths = [PACKAGE / f"{name}.py" for name in RECORDS]
     assert all(p.is_file() for p in paths), [p for p in paths if not p.is_file()]
@@ -429,6 +448,12 @@ def test_module_imports_skips_type_checking_only_at_run_time():
     assert found == {"vecsample", "vecsample.errors", "vecsample.late"}
     typed = module_imports(source, "vecsample.x", "vecsample", modules, runtime=False)
     assert typed == found | {"vecsample.pool"}
+
+
+def test_machine_reads_finds_the_calls():
+    source = "import os\nn = len(os.sched_getaffinity(0))\nm = os.cpu_count() or 1\nos.getpid()\n"
+    assert machine_reads(source, "r.py") == ["r.py:2 calls sched_getaffinity",
+                                             "r.py:3 calls cpu_count"]
 
 
 def test_loaded_after_sees_a_forbidden_module():

@@ -1,7 +1,7 @@
 """experiments/timeout_comparison.py on a tiny budget, the policies, and the loop model.
 
 Behaviour only: fields, counts and orderings that hold on any machine. No speed is claimed here;
-the measured numbers live in docs/timeout.md.
+the measured numbers live in docs/lab/timeout.md.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from experiments import _timeout_model as tm
 from experiments import timeout_comparison as tc
-from vecsample import testing
 from vecsample.errors import ConfigError
-from vecsample.testing import StragglerEnv
+from vecsample.testing import StragglerEnv, fakes
 from vecsample.tools import compare
-from vecsample.tools import timeout_model as tm
 
 FIELDS = {"env", "timeout", "workers", "envs_per_worker", "steps", "seconds", "steps_per_s",
           "workers_per_recv", "policy_calls_per_1000_steps", "wait_s", "policy_s", "env_step_s",
@@ -76,7 +75,7 @@ def test_presets_and_flags_override():
 
 
 def test_earlier_preset_names_still_work_as_aliases():
-    """The dated results' commands (docs/timeout.md) use the earlier names."""
+    """The dated results' commands (docs/lab/timeout.md) use the earlier names."""
     assert set(tc.PRESET_ALIASES.values()) <= set(tc.PRESETS)
     assert not set(tc.PRESET_ALIASES) & set(tc.PRESETS)
     for old, new in tc.PRESET_ALIASES.items():
@@ -106,7 +105,7 @@ def test_policies_respect_the_action_space():
 
 def test_straggler_env_has_a_heavy_tail(monkeypatch):
     slept: list[float] = []  # what each step sleeps, recorded instead of slept
-    monkeypatch.setattr(testing, "time", SimpleNamespace(sleep=slept.append))
+    monkeypatch.setattr(fakes, "time", SimpleNamespace(sleep=slept.append))
     env = StragglerEnv(step_time=1.0)
     env.reset(seed=0)
     for _ in range(20_000):

@@ -21,7 +21,7 @@ from helpers import assert_same, record_calls, run_file
 
 from vecsample import errors, make_vec
 from vecsample.adapters import errors as adapter_errors
-from vecsample.options import usable_cores
+from vecsample.machine import usable_cores
 from vecsample.testing import CountingEnv, RaisingEnv, SlowEnv, SpaceEnv, fns
 
 NESTED_OBS = spaces.Dict({

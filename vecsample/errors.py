@@ -10,9 +10,7 @@ got, and how to fix it.
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -286,7 +284,7 @@ class PendingCallError(VecSampleError, RuntimeError):
     not, as gymnasium's ``AlreadyPendingCallError`` and ``NoAsyncCallError`` name it.
 
     This base is neither of gymnasium's two errors: its subclasses say which one they are
-    (``WorkerBusyError`` and ``AlreadyPendingError`` are ``AlreadyPendingCallError``s,
+    (``WorkerBusyError`` and the adapter's ``AlreadyPendingError`` are ``AlreadyPendingCallError``s,
     ``NoPendingError`` is a ``NoAsyncCallError``), so an ``except`` for one of gymnasium's never
     catches the opposite case.
     """
@@ -584,20 +582,3 @@ class PlacementNotice(UserWarning):
     """What ``env_placement="auto"`` chose and why (what it measured): a notice, given once per
     process for each choice, not a problem. ``sampler.layout.placement_reason`` keeps it;
     ``warnings.filterwarnings("ignore", category=PlacementNotice)`` silences it."""
-
-
-# --- the gymnasium adapter's errors live beside it (vecsample/adapters/errors.py) ----------------
-
-#: Their names here, kept for one release: each warns and gives the class from its new module.
-_MOVED = frozenset({"SharedMemorySpaceError", "UnsupportedOptionError", "AlreadyPendingError",
-                    "ActionCountError", "as_env_exception"})
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module 'vecsample.errors' has no attribute {name!r}")
-    warnings.warn(f"vecsample.errors.{name} moved to vecsample.adapters.errors (the gymnasium "
-                  f"adapter's errors); the old name goes in the next release.",
-                  DeprecationWarning, stacklevel=2)
-    # Imported on first use only: vecsample.errors itself never loads the adapter.
-    return getattr(importlib.import_module("vecsample.adapters.errors"), name)

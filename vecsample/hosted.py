@@ -4,7 +4,7 @@
 block's size (a gymnasium vector entry point such as CartPole's, a ``SyncVectorEnv``, a numpy or
 JAX batched env) instead of one env per row, steps it once per batch and copies each field into
 its rows of shared memory with one copy per field. Everything around the step is the sampler's
-as before: the handshake, partial batches, restarts, seeding, infos (docs/benchmarks.md, "Past
+as before: the handshake, partial batches, restarts, seeding, infos (docs/lab/benchmarks.md, "Past
 the bare loop"; docs/semantics.md).
 
 This module is the parent's side (what the user names, the probe and the checks made before
@@ -29,13 +29,13 @@ go on.
 ``metadata["autoreset_mode"]`` is ``DISABLED``, as a ``SyncVectorEnv(...,
 autoreset_mode=AutoresetMode.DISABLED)``'s): nothing autoresets, and ended envs are reset with
 ``reset(mask=...)``, passed on as ``options["reset_mask"]``. Where single envs that ended stay
-frozen, a hosted env freezes its ended rows only if it declares so with the attribute
-``freezes_ended_envs = True`` (on the env or its unwrapped env; the batch-native MuJoCo envs
-do): its ``step`` then steps only the rows that have not ended since their reset, and the block
-writes what an env block writes for a frozen env whatever the env returns in the others (their
-observation and ``terminated`` / ``truncated`` kept, reward 0, no infos). Any other env steps
-all its rows, so a block with an ended env is refused (``HostedEnvError``) before its step is
-posted, until that env is reset.
+frozen, a hosted env freezes its ended rows only if it declares so in its ``metadata``
+(``metadata["freezes_ended_envs"] = True``, read through its wrappers as the autoreset mode is; the
+batch-native MuJoCo envs do): its ``step`` then steps only the rows that have not ended since their
+reset, and the block writes what an env block writes for a frozen env whatever the env returns in
+the others (their observation and ``terminated`` / ``truncated`` kept, reward 0, no infos). Any
+other env steps all its rows, so a block with an ended env is refused (``HostedEnvError``) before
+its step is posted, until that env is reset.
 
 The sampler's autoreset mode is given once: a registered id whose vector entry point takes an
 ``autoreset_mode`` keyword (the batch-native MuJoCo envs) is built in it, unless ``env_kwargs``
@@ -44,7 +44,7 @@ is refused with a ``HostedEnvError``: an autoreset mode other than the env's own
 (``AutoresetMismatchError``: an entry point with no such keyword, such as CartPole's, runs in
 gymnasium's NextStep only) and pickled (variable-shape) spaces, at
 construction; ``reset(mask=...)`` of part of a block, in the worker, unless the env can reset
-part of its batch (``SyncVectorEnv``, or ``supports_reset_mask = True``).
+part of its batch (``SyncVectorEnv``, or ``metadata["supports_reset_mask"] = True``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ from gymnasium.envs.registration import load_env_creator
 
 from vecsample._wire.protocol import Command
 from vecsample._wire.spaces import leaves
-from vecsample.deprecation import deprecated, renamed
 from vecsample.errors import (
     AutoresetMismatchError,
     EnvFactoryError,
@@ -79,7 +78,7 @@ VectorEnvFn = Callable[[int], gym.vector.VectorEnv]
 VECTORIZATIONS = ("vector_entry_point", "sync")
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class HostedVector:
     """One batch-native vector env per worker, in place of its block of single envs.
 
@@ -91,8 +90,6 @@ class HostedVector:
             ``"vector_entry_point"`` (the env's own batched implementation) or ``"sync"``.
         env_kwargs: with an env id, keyword arguments for ``gymnasium.make_vec``.
         num_envs: the envs of all workers together, if the sampler is not given ``num_envs``.
-        kwargs, vectorization: the deprecated names of ``env_kwargs`` and
-            ``vectorization_mode`` (they warn; they go in the next release).
 
     Example:
         >>> import numpy as np
@@ -109,30 +106,11 @@ class HostedVector:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int | None = None
 
-    def __init__(self, make: str | VectorEnvFn, vectorization_mode: str | None = None,
-                 env_kwargs: dict[str, Any] | None = None, num_envs: int | None = None, *,
-                 kwargs: dict[str, Any] | None = None, vectorization: str | None = None) -> None:
-        env_kwargs = renamed("HostedVector", "kwargs", kwargs, "env_kwargs", env_kwargs)
-        mode = renamed("HostedVector", "vectorization", vectorization, "vectorization_mode",
-                       vectorization_mode)
-        # Frozen: the fields go in through object.__setattr__, once, here.
-        object.__setattr__(self, "make", make)
-        object.__setattr__(self, "vectorization_mode", mode or "vector_entry_point")
-        object.__setattr__(self, "env_kwargs", dict(env_kwargs or {}))
-        object.__setattr__(self, "num_envs", num_envs)
+    def __post_init__(self) -> None:
+        # Frozen: the copy goes in through object.__setattr__, before anyone reads the field
+        # (the caller's dict may change later; this one never does).
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         self._check()
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """Deprecated: ``env_kwargs``."""
-        deprecated("HostedVector's kwargs", "env_kwargs")
-        return self.env_kwargs
-
-    @property
-    def vectorization(self) -> str:
-        """Deprecated: ``vectorization_mode``."""
-        deprecated("HostedVector's vectorization", "vectorization_mode")
-        return self.vectorization_mode
 
     def _check(self) -> None:
         if isinstance(self.make, str):
@@ -254,10 +232,10 @@ def check_command(probe: HostedProbe | None, command: Command) -> None:
 
 
 def freezes(env: gym.vector.VectorEnv) -> bool:
-    """Whether ``env`` declares ``freezes_ended_envs = True``: under DISABLED its ``step``
-    steps only the rows that have not ended since their reset."""
-    return any(getattr(holder, "freezes_ended_envs", False) is True
-               for holder in (env, env.unwrapped))
+    """Whether ``env`` declares ``metadata["freezes_ended_envs"] = True``: under DISABLED its
+    ``step`` steps only the rows that have not ended since their reset. A capability of the
+    env, read from its metadata as the autoreset mode is (a wrapper passes it through)."""
+    return env.metadata.get("freezes_ended_envs", False) is True
 
 
 def refuses_frozen(probe: HostedProbe | None, mode: AutoresetMode) -> bool:
@@ -278,7 +256,7 @@ def check_not_ended(views: Any, lo: int) -> None:
             feature="autoreset_mode='Disabled'", reason=f"envs {rows} ended and the hosted "
             "vector env steps its whole batch, so they cannot stay frozen as single envs do",
             fix="reset them first with reset(mask=...) naming them, or host an env that "
-            "freezes its ended rows (freezes_ended_envs = True)")
+            "freezes its ended rows (metadata['freezes_ended_envs'] = True)")
 
 
 def missing(command: Command, env: str) -> HostedMethodError:

@@ -5,7 +5,7 @@ under it. ``Options(...)`` checks and normalises every field (a ``ConfigError`` 
 was expected, what came and how to fix it) and ``options.replace(name=value)`` makes a changed
 copy, refusing an unknown name with the closest field. The checks that need the envs
 (``num_workers`` divides them, ``pipeline`` halves them) run where the envs are known, in
-``SamplerConfig.build`` (config.py).
+``Layout.build`` (_parent/layout.py).
 
 Every public constructor (``VecSampler``, ``VectorEnv``, ``vecsample.sb3.VecEnv``,
 ``MultiTaskSampler``, ``RaySampler``) takes an ``options=`` and these names, so a bad value is
@@ -16,31 +16,28 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 import math
 import multiprocessing as mp
 import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
 from vecsample.errors import ConfigError
-from vecsample.types import AutoresetMode
-
-PathArg = str | os.PathLike[str]
+from vecsample.types import AutoresetMode, PathArg
 
 #: The automatic choice of the options that say "auto" (context) or None (spin_us, ...).
 AUTO = "auto"
 #: How long the parent and the workers poll the step handshake's counters before sleeping on a
 #: pipe, when every worker can have a core of its own (µs): what ``spin_us=None`` means there.
-#: It skips scheduler wake-ups (an IPI on a VM, docs/benchmarks.md); with more workers than
+#: It skips scheduler wake-ups (an IPI on a VM, docs/lab/benchmarks.md); with more workers than
 #: cores, spinning would steal their CPU, so None means 0 then.
 AUTO_SPIN_US = 200.0
 #: The longest spin ``spin_us`` may ask for (µs). A spin saves one wake-up, tens of µs; past a
-#: few ms that saving is noise and the spin only burns its core (docs/benchmarks.md keeps the
+#: few ms that saving is noise and the spin only burns its core (docs/lab/benchmarks.md keeps the
 #: workers spinning through a parent's 10 ms of work with it).
 MAX_SPIN_US = 10_000.0
 #: Default deadline (seconds) of each wait for workers, so that a hung worker never hangs a call.
@@ -51,220 +48,9 @@ STARTUP_DEADLINE = 120.0
 #: script is not re-imported), forkserver otherwise (safe with threads and CUDA);
 #: vecsample/_parent/startup.py resolves it when a sampler starts.
 DEFAULT_CONTEXT = AUTO
-#: Field metadata of the options that change how a run is carried out (its timing, placement,
-#: checks, files) but not what it samples: a replay may change them (replay_log.header).
-TUNING: Mapping[str, bool] = {"tuning": True}
-
-
-@dataclass(frozen=True)
-class Options:
-    """VecSampler's options; ``VecSampler(env_fns, options=..., **overrides)`` takes them.
-
-    Each field is checked and normalised when an ``Options`` is made (strings become
-    ``AutoresetMode``, an infinite deadline becomes None, core lists become tuples), so a bad
-    value fails here with a ``ConfigError``. ``replace(**changes)`` returns a changed copy.
-    ``given`` names the fields that were set (by the constructor or ``replace``), whatever
-    their value: a constructor built on VecSampler fills its own defaults only for the others.
-
-    Example:
-        >>> from vecsample import Options
-        >>> options = Options(num_workers=2, seed=0, autoreset_mode="NextStep")
-        >>> options.autoreset_mode, options.replace(deadline=float("inf")).deadline
-        (<AutoresetMode.NEXT_STEP: 'NextStep'>, None)
-    """
-
-    #: The fields set by the constructor or by ``replace``, even to their default value.
-    given: ClassVar[frozenset[str]] = frozenset()
-
-    num_workers: int = 1
-    """Worker processes, each stepping a contiguous block of the envs; must divide the number of
-    envs, unless ``uneven_split``. With ``pipeline`` each process serves two halves, so the step
-    API has ``2 * num_workers`` workers (``VecSampler.num_slots``)."""
-
-    seed: int | None = None
-    """Env ``j`` is seeded with child ``j`` of ``SeedSequence(seed)`` on the first ``reset()``,
-    whatever the worker split. None: unseeded."""
-
-    autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP
-    """``"SameStep"`` (an ended env is reset in the same step, its last observation in
-    ``final_obs``), ``"NextStep"`` (gymnasium's default) or ``"Disabled"``; the string, our
-    ``AutoresetMode`` or gymnasium's."""
-
-    infos: bool = True
-    """Collect the envs' info dicts (pickled through the pipes; off saves that cost)."""
-
-    context: str = field(default=DEFAULT_CONTEXT, metadata=TUNING)
-    """The start method: ``"auto"`` is fork on Linux while the parent has no other thread, else
-    forkserver; or "fork", "forkserver", "spawn". Factories travel by cloudpickle (lambdas and
-    closures work); spawn and forkserver re-import the main script, which then needs
-    ``if __name__ == "__main__":``. ``VecSampler.context`` says what "auto" chose."""
-
-    deadline: float | None = field(default=DEFAULT_DEADLINE, metadata=TUNING)
-    """How long a wait for workers may last, in seconds (None or inf: forever): the whole wait of
-    ``step``/``step_recv``, and each wait inside a command (``reset``, ``call``, ...; their own
-    ``deadline=`` bounds the whole call). A silent worker is then reported hung, or respawned
-    with ``restart``. docs/semantics.md, "What each timeout and deadline bounds", has the
-    table."""
-
-    startup_deadline: float | None = field(default=STARTUP_DEADLINE, metadata=TUNING)
-    """How long building a worker's envs may take, in seconds (None or inf: forever)."""
-
-    threads_per_worker: int | None = field(default=1, metadata=TUNING)
-    """Caps the BLAS/OpenMP/torch threads of each worker (None: leave them)."""
-
-    cpu_affinity: Sequence[Sequence[int]] | bool | None = field(default=None, metadata=TUNING)
-    """True pins worker ``w`` to the ``w``-th usable core; one core list per worker gives each
-    its cores; None leaves scheduling to the OS."""
-
-    check_actions: bool = field(default=True, metadata=TUNING)
-    """Reject actions outside the action space before sending (an ``ActionError`` naming the
-    rows); gymnasium's vector envs do not check. Shapes and dtypes are checked either way."""
-
-    restart: bool = False
-    """Respawn a worker that died, raised or hung, and return its envs reset, flagged
-    ``restarted`` and truncated, instead of raising (docs/reliability.md)."""
-
-    max_restarts: int = 3
-    """Restarts allowed over the sampler's life (one more: ``RestartLimitError``)."""
-
-    spin_us: float | None = field(default=None, metadata=TUNING)
-    """Microseconds both sides poll shared memory before sleeping on a pipe (None: 200 while
-    every worker can have a core of its own, else 0), at most ``MAX_SPIN_US`` (10 ms). The
-    trade: a side that spins sees the other's next step without a wake-up (tens of µs saved
-    per step), but keeps its core busy (yielding it between polls) for up to ``spin_us`` after
-    each step, CPU the other processes on that core lose; past a few ms the saving is noise.
-    Commands (reset, call, close) are not delayed by it: a spinning worker looks at its pipe
-    between bursts of polls."""
-
-    uneven_split: bool = False
-    """Allow a ``num_workers`` that does not divide the envs: the blocks then differ by at most
-    one env."""
-
-    pipeline: bool = False
-    """Each process serves its block as two halves, two workers of the step API
-    (``VecSampler.num_slots`` is then ``2 * num_workers``): it steps one half while you compute
-    the other's actions. Use it with step_send/step_recv (docs/semantics.md)."""
-
-    record: PathArg | None = field(default=None, metadata=TUNING)
-    """Append the arrival order of every step_recv, the sends, resets and restarts to this file;
-    ``replay=`` that file makes a later run return the same data."""
-
-    replay: PathArg | None = field(default=None, metadata=TUNING)
-    """Make each step_recv return the workers recorded in this file, in its order
-    (``ReplayDivergedError`` at the first call the log does not have). docs/semantics.md."""
-
-    handshake: str = field(default=AUTO, metadata=TUNING)
-    """The step handshake's code: ``"auto"`` (the C hot path where it was built when vecsample
-    was installed, on x86-64 Linux, else the pure-Python one, saying so once), ``"native"``
-    (the C path; a ConfigError where it cannot run) or ``"python"``. The same protocol and the
-    same results either way; the C path costs the parent and the workers less per step
-    (docs/architecture.md, "The native path")."""
-
-    env_placement: str = field(default="workers", metadata=TUNING)
-    """Where the workers' blocks of envs are stepped: ``"workers"`` (each in a process of its
-    own), ``"share"`` (the last worker's block in this process, the trainer's, which steps it
-    while the other workers step theirs: on a machine with few cores the parent is then not one
-    more busy process), ``"parent"`` (every block in this process: no worker process, a serial
-    loop behind the same API) or ``"auto"`` (times a step of the envs here at start, picks the
-    cheapest of the three for this machine and says which and why, once). The blocks, the step
-    API and the data are the same whichever runs them. A block in this process gives up two
-    guarantees: an env that hangs there cannot be killed, and one that crashes the process
-    takes the trainer with it (docs/reliability.md, "The parent's share")."""
-
-    def __post_init__(self) -> None:
-        # Frozen, so the normalised values go in through object.__setattr__, before anyone can
-        # read the object: every later reader gets the checked form.
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, CHECKS[f.name](getattr(self, f.name), f.name))
-        _check_together(self)
-
-    def replace(self, **changes: Any) -> Options:
-        """A copy with ``changes`` (field names); an unknown name is a ConfigError naming the
-        closest field. The copy's ``given`` is this one's and the changed names."""
-        for name in changes:
-            if name not in NAMES:
-                raise unknown_option(name)
-        copy = dataclasses.replace(self, **changes)
-        object.__setattr__(copy, "given", self.given | frozenset(changes))
-        return copy
-
-    def identity(self) -> dict[str, Any]:
-        """The options that decide what a run samples (all but the ``TUNING`` ones), as plain
-        values: what a replay log records and checks (replay_log.header)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
-                if not f.metadata.get("tuning")}
-
-
-NAMES = tuple(f.name for f in dataclasses.fields(Options))
-_fields_init = Options.__init__
-
-
-def _init_noting_given(self: Options, *args: Any, **kwargs: Any) -> None:
-    """``Options.__init__``, then ``given``: the fields named by position or keyword. An
-    unknown keyword is the ConfigError that ``replace`` gives, naming the closest field."""
-    for name in kwargs:
-        if name not in NAMES:
-            raise unknown_option(name)
-    _fields_init(self, *args, **kwargs)
-    object.__setattr__(self, "given", frozenset(NAMES[:len(args)]) | frozenset(kwargs))
-
-
-# The dataclass writes __init__ from the fields (written once, above); this wraps it to note
-# which of them a caller set, which no field default can tell apart from an unset one.
-_init_noting_given.__doc__ = _fields_init.__doc__
-_init_noting_given.__signature__ = inspect.signature(_fields_init)  # type: ignore[attr-defined]
-Options.__init__ = _init_noting_given  # type: ignore[method-assign]
-
-
-def unknown_option(name: str) -> ConfigError:
-    """The error for an option name that is no field of ``Options``, naming the closest one."""
-    close = difflib.get_close_matches(name, NAMES, n=1)
-    fix = (f"the closest field is {close[0]!r}" if close
-           else f"the fields are {', '.join(NAMES)}")
-    return ConfigError(name="an option's name", expected="a field of vecsample.Options",
-                       got=name, fix=fix)
-
-
-def check_options(options: object) -> Options:
-    """``options`` if it is an ``Options``; None gives the defaults."""
-    if options is None:
-        return DEFAULTS
-    if not isinstance(options, Options):
-        raise ConfigError(name="options", expected="a vecsample.Options or None", got=options,
-                          fix="build one with vecsample.Options(name=value, ...), or pass the "
-                          "options by keyword")
-    return options
-
-
-def adapted(options: Options | None, overrides: Mapping[str, Any], *, where: str,
-            defaults: Mapping[str, Any] | None = None,
-            fixed: Mapping[str, tuple[Any, str]] | None = None) -> Options:
-    """The Options of a constructor built on VecSampler (``where`` names it): ``overrides``
-    replace fields of ``options``; the constructor's own ``defaults`` fill the fields that
-    neither sets (not in ``options.given``, whatever their value); a ``fixed`` field (its
-    value, and why) may be set to nothing else."""
-    base = check_options(options)
-    chosen = base.replace(**overrides)
-    for name, (value, why) in (fixed or {}).items():
-        got = getattr(chosen, name)
-        if got != value and name in chosen.given:
-            raise ConfigError(name=name, expected=f"{_plain(value)!r} on {where} ({why})",
-                              got=_plain(got), fix=f"{where} sets {name} itself: leave it out")
-    filled = {name: value for name, value in (defaults or {}).items()
-              if name not in chosen.given}
-    filled.update({name: value for name, (value, _) in (fixed or {}).items()})
-    return chosen.replace(**filled)
 
 
 # --- the checks, one per field -------------------------------------------------------------------
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask; all of them off Linux): what the
-    automatic choices count (the spin, the adapters' worker counts)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def check_context(requested: object, name: str = "context") -> str:
@@ -383,6 +169,233 @@ def _placement(value: Any, name: str) -> str:
     return str(value)
 
 
+def _workers(value: Any, name: str) -> int:
+    return check_int(value, name, fix="pass how many worker processes to start")
+
+
+def _wait(value: Any, name: str) -> float | None:
+    return check_seconds(value, name, fix="None (or inf) waits forever")
+
+
+def _threads(value: Any, name: str) -> int | None:
+    return None if value is None else check_int(
+        value, name, fix="None leaves the workers' thread pools as they are")
+
+
+def _restarts(value: Any, name: str) -> int:
+    return check_int(value, name, minimum=0, fix="0 raises at the first failure")
+
+
+def _checked(check: Callable[[Any, str], Any], *, tuning: bool = False) -> dict[str, Any]:
+    """An option's field metadata: ``check(value, name)``, which ``Options`` runs on the field
+    when it is made (it returns the normalised value or raises a ConfigError), and ``tuning``:
+    the option changes how a run is carried out (its timing, placement, checks, files) but not
+    what it samples, so a replay may change it (replay_log.header)."""
+    return {"check": check, "tuning": tuning}
+
+
+class _NotesGiven:
+    """The base of ``Options``: notes which fields a call named, whatever their value (no
+    default can tell "set to the default" from "not set"). Python calls ``__new__`` with the
+    arguments of ``Options(...)`` before the dataclass's own ``__init__`` sets the fields, so
+    that ``__init__``, and the signature ``help`` shows, stay the dataclass's."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        for name in kwargs:
+            if name not in NAMES:
+                raise unknown_option(name)  # the ConfigError replace() gives, not a TypeError
+        self = super().__new__(cls)
+        object.__setattr__(self, "given", frozenset(NAMES[:len(args)]) | frozenset(kwargs))
+        return self
+
+
+@dataclass(frozen=True)
+class Options(_NotesGiven):
+    """VecSampler's options; ``VecSampler(env_fns, options=..., **overrides)`` takes them.
+
+    Each field is checked and normalised when an ``Options`` is made (strings become
+    ``AutoresetMode``, an infinite deadline becomes None, core lists become tuples), so a bad
+    value fails here with a ``ConfigError``. ``replace(**changes)`` returns a changed copy.
+    ``given`` names the fields that were set (by the constructor or ``replace``), whatever
+    their value: a constructor built on VecSampler fills its own defaults only for the others.
+
+    Example:
+        >>> from vecsample import Options
+        >>> options = Options(num_workers=2, seed=0, autoreset_mode="NextStep")
+        >>> options.autoreset_mode, options.replace(deadline=float("inf")).deadline
+        (<AutoresetMode.NEXT_STEP: 'NextStep'>, None)
+    """
+
+    #: The fields set by the constructor (``_NotesGiven``) or by ``replace``, even to their
+    #: default value.
+    given: ClassVar[frozenset[str]] = frozenset()
+
+    num_workers: int = field(default=1, metadata=_checked(_workers))
+    """Worker processes, each stepping a contiguous block of the envs; must divide the number of
+    envs, unless ``uneven_split``. With ``pipeline`` each process serves two halves, so the step
+    API has ``2 * num_workers`` workers (``VecSampler.num_slots``)."""
+
+    seed: int | None = field(default=None, metadata=_checked(_seed))
+    """Env ``j`` is seeded with child ``j`` of ``SeedSequence(seed)`` on the first ``reset()``,
+    whatever the worker split. None: unseeded."""
+
+    autoreset_mode: AutoresetMode = field(default=AutoresetMode.SAME_STEP,
+                                          metadata=_checked(check_mode))
+    """``"SameStep"`` (an ended env is reset in the same step, its last observation in
+    ``final_obs``), ``"NextStep"`` (gymnasium's default) or ``"Disabled"``; the string, our
+    ``AutoresetMode`` or gymnasium's."""
+
+    infos: bool = field(default=True, metadata=_checked(_flag))
+    """Collect the envs' info dicts (pickled through the pipes; off saves that cost)."""
+
+    context: str = field(default=DEFAULT_CONTEXT, metadata=_checked(check_context, tuning=True))
+    """The start method: ``"auto"`` is fork on Linux while the parent has no other thread, else
+    forkserver; or "fork", "forkserver", "spawn". Factories travel by cloudpickle (lambdas and
+    closures work); spawn and forkserver re-import the main script, which then needs
+    ``if __name__ == "__main__":``. ``VecSampler.context`` says what "auto" chose."""
+
+    deadline: float | None = field(default=DEFAULT_DEADLINE, metadata=_checked(_wait, tuning=True))
+    """How long a wait for workers may last, in seconds (None or inf: forever): the whole wait of
+    ``step``/``step_recv``, and each wait inside a command (``reset``, ``call``, ...; their own
+    ``deadline=`` bounds the whole call). A silent worker is then reported hung, or respawned
+    with ``restart``. docs/semantics.md, "What each timeout and deadline bounds", has the
+    table."""
+
+    startup_deadline: float | None = field(default=STARTUP_DEADLINE,
+                                           metadata=_checked(_wait, tuning=True))
+    """How long building a worker's envs may take, in seconds (None or inf: forever)."""
+
+    threads_per_worker: int | None = field(default=1, metadata=_checked(_threads, tuning=True))
+    """Caps the BLAS/OpenMP/torch threads of each worker (None: leave them)."""
+
+    cpu_affinity: Sequence[Sequence[int]] | bool | None = field(
+        default=None, metadata=_checked(_affinity, tuning=True))
+    """True pins worker ``w`` to the ``w``-th usable core; one core list per worker gives each
+    its cores; None leaves scheduling to the OS."""
+
+    check_actions: bool = field(default=True, metadata=_checked(_flag, tuning=True))
+    """Reject actions outside the action space before sending (an ``ActionError`` naming the
+    rows); gymnasium's vector envs do not check. Shapes and dtypes are checked either way."""
+
+    restart: bool = field(default=False, metadata=_checked(_flag))
+    """Respawn a worker that died, raised or hung, and return its envs reset, flagged
+    ``restarted`` and truncated, instead of raising (docs/reliability.md)."""
+
+    max_restarts: int = field(default=3, metadata=_checked(_restarts))
+    """Restarts allowed over the sampler's life (one more: ``RestartLimitError``)."""
+
+    spin_us: float | None = field(default=None, metadata=_checked(_spin, tuning=True))
+    """Microseconds both sides poll shared memory before sleeping on a pipe (None: 200 while
+    every worker can have a core of its own, else 0), at most ``MAX_SPIN_US`` (10 ms). The
+    trade: a side that spins sees the other's next step without a wake-up (tens of µs saved
+    per step), but keeps its core busy (yielding it between polls) for up to ``spin_us`` after
+    each step, CPU the other processes on that core lose; past a few ms the saving is noise.
+    Commands (reset, call, close) are not delayed by it: a spinning worker looks at its pipe
+    between bursts of polls."""
+
+    uneven_split: bool = field(default=False, metadata=_checked(_flag))
+    """Allow a ``num_workers`` that does not divide the envs: the blocks then differ by at most
+    one env."""
+
+    pipeline: bool = field(default=False, metadata=_checked(_flag))
+    """Each process serves its block as two halves, two workers of the step API
+    (``VecSampler.num_slots`` is then ``2 * num_workers``): it steps one half while you compute
+    the other's actions. Use it with step_send/step_recv (docs/semantics.md)."""
+
+    record: PathArg | None = field(default=None, metadata=_checked(_path, tuning=True))
+    """Append the arrival order of every step_recv, the sends, resets and restarts to this file;
+    ``replay=`` that file makes a later run return the same data."""
+
+    replay: PathArg | None = field(default=None, metadata=_checked(_path, tuning=True))
+    """Make each step_recv return the workers recorded in this file, in its order
+    (``ReplayDivergedError`` at the first call the log does not have). docs/semantics.md."""
+
+    handshake: str = field(default=AUTO, metadata=_checked(_handshake, tuning=True))
+    """The step handshake's code: ``"auto"`` (the C hot path where it was built when vecsample
+    was installed, on x86-64 Linux, else the pure-Python one, saying so once), ``"native"``
+    (the C path; a ConfigError where it cannot run) or ``"python"``. The same protocol and the
+    same results either way; the C path costs the parent and the workers less per step
+    (docs/architecture.md, "The native path")."""
+
+    env_placement: str = field(default="workers", metadata=_checked(_placement, tuning=True))
+    """Where the workers' blocks of envs are stepped: ``"workers"`` (each in a process of its
+    own), ``"share"`` (the last worker's block in this process, the trainer's, which steps it
+    while the other workers step theirs: on a machine with few cores the parent is then not one
+    more busy process), ``"parent"`` (every block in this process: no worker process, a serial
+    loop behind the same API) or ``"auto"`` (times a step of the envs here at start, picks the
+    cheapest of the three for this machine and says which and why, once). The blocks, the step
+    API and the data are the same whichever runs them. A block in this process gives up two
+    guarantees: an env that hangs there cannot be killed, and one that crashes the process
+    takes the trainer with it (docs/reliability.md, "The parent's share")."""
+
+    def __post_init__(self) -> None:
+        # Frozen, so the normalised values go in through object.__setattr__, before anyone can
+        # read the object: every later reader gets the checked form.
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, f.metadata["check"](getattr(self, f.name), f.name))
+        _check_together(self)
+
+    def replace(self, **changes: Any) -> Options:
+        """A copy with ``changes`` (field names); an unknown name is a ConfigError naming the
+        closest field. The copy's ``given`` is this one's and the changed names."""
+        for name in changes:
+            if name not in NAMES:
+                raise unknown_option(name)
+        copy = dataclasses.replace(self, **changes)
+        object.__setattr__(copy, "given", self.given | frozenset(changes))
+        return copy
+
+    def identity(self) -> dict[str, Any]:
+        """The options that decide what a run samples (all but the ``tuning`` ones), as plain
+        values: what a replay log records and checks (replay_log.header)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if not f.metadata.get("tuning")}
+
+
+#: The fields of Options, in order (``_NotesGiven`` reads positional arguments by it).
+NAMES = tuple(f.name for f in dataclasses.fields(Options))
+
+
+def unknown_option(name: str) -> ConfigError:
+    """The error for an option name that is no field of ``Options``, naming the closest one."""
+    close = difflib.get_close_matches(name, NAMES, n=1)
+    fix = (f"the closest field is {close[0]!r}" if close
+           else f"the fields are {', '.join(NAMES)}")
+    return ConfigError(name="an option's name", expected="a field of vecsample.Options",
+                       got=name, fix=fix)
+
+
+def check_options(options: object) -> Options:
+    """``options`` if it is an ``Options``; None gives the defaults."""
+    if options is None:
+        return DEFAULTS
+    if not isinstance(options, Options):
+        raise ConfigError(name="options", expected="a vecsample.Options or None", got=options,
+                          fix="build one with vecsample.Options(name=value, ...), or pass the "
+                          "options by keyword")
+    return options
+
+
+def adapted(options: Options | None, overrides: Mapping[str, Any], *, where: str,
+            defaults: Mapping[str, Any] | None = None,
+            fixed: Mapping[str, tuple[Any, str]] | None = None) -> Options:
+    """The Options of a constructor built on VecSampler (``where`` names it): ``overrides``
+    replace fields of ``options``; the constructor's own ``defaults`` fill the fields that
+    neither sets (not in ``options.given``, whatever their value); a ``fixed`` field (its
+    value, and why) may be set to nothing else."""
+    base = check_options(options)
+    chosen = base.replace(**overrides)
+    for name, (value, why) in (fixed or {}).items():
+        got = getattr(chosen, name)
+        if got != value and name in chosen.given:
+            raise ConfigError(name=name, expected=f"{_plain(value)!r} on {where} ({why})",
+                              got=_plain(got), fix=f"{where} sets {name} itself: leave it out")
+    filled = {name: value for name, value in (defaults or {}).items()
+              if name not in chosen.given}
+    filled.update({name: value for name, (value, _) in (fixed or {}).items()})
+    return chosen.replace(**filled)
+
+
 def _check_together(options: Options) -> None:
     """The checks that read two fields."""
     if options.record is not None and options.replay is not None:
@@ -400,31 +413,8 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, AutoresetMode) else value
 
 
-CHECKS: dict[str, Callable[[Any, str], Any]] = {
-    "num_workers": lambda v, n: check_int(v, n, fix="pass how many worker processes to start"),
-    "seed": _seed,
-    "autoreset_mode": check_mode,
-    "infos": _flag,
-    "context": check_context,
-    "deadline": lambda v, n: check_seconds(v, n, fix="None (or inf) waits forever"),
-    "startup_deadline": lambda v, n: check_seconds(v, n, fix="None (or inf) waits forever"),
-    "threads_per_worker": lambda v, n: None if v is None else check_int(
-        v, n, fix="None leaves the workers' thread pools as they are"),
-    "cpu_affinity": _affinity,
-    "check_actions": _flag,
-    "restart": _flag,
-    "max_restarts": lambda v, n: check_int(v, n, minimum=0,
-                                           fix="0 raises at the first failure"),
-    "spin_us": _spin,
-    "uneven_split": _flag,
-    "pipeline": _flag,
-    "record": _path,
-    "replay": _path,
-    "handshake": _handshake,
-    "env_placement": _placement,
-}
 DEFAULTS = Options()
 
 __all__ = ["AUTO", "AUTO_SPIN_US", "DEFAULT_CONTEXT", "DEFAULT_DEADLINE", "MAX_SPIN_US",
            "PLACEMENTS", "STARTUP_DEADLINE", "Options", "adapted", "check_context", "check_int",
-           "check_mode", "check_options", "check_seconds", "check_seed", "usable_cores"]
+           "check_mode", "check_options", "check_seconds", "check_seed"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar
@@ -41,7 +40,6 @@ from vecsample._wire.handshake import HandshakeState
 from vecsample._wire.protocol import Command, WorkerState
 from vecsample._wire.shm import STAT_FIELDS, WORKER_FIELDS, SharedBuffers
 from vecsample._wire.spaces import Actions, ActionWriter, leaves
-from vecsample.deprecation import deprecated
 from vecsample.factories import Envs
 from vecsample.hosted import HostedProbe, HostedVector
 from vecsample.options import Options, check_options, check_seconds
@@ -150,12 +148,6 @@ class VecSampler:
         #: What this sampler runs: its envs, options and what derives from both (read-only).
         self.layout = layout
         self._start(obs, act)
-
-    @property
-    def config(self) -> Layout:
-        """Deprecated: ``layout``."""
-        deprecated("VecSampler.config", "VecSampler.layout")
-        return self.layout
 
     @property
     def options(self) -> Options:
@@ -444,20 +436,6 @@ class VecSampler:
         if not pending:
             raise errors.NoPendingError()
         return self.batch(self._recv(pending, None, bound, False), copy=copy)
-
-    def _yield_core(self) -> None:
-        yielded = time.perf_counter()
-        os.sched_yield()
-        # Counted as waiting: the parent is away until a core is free, which on a machine with
-        # fewer cores than processes is most of the batch (stats(), the bench's phases).
-        self._meter.timers["wait_s"] += time.perf_counter() - yielded
-
-    def hand_over(self) -> None:
-        """Deprecated: ``send_all`` now gives the core up itself. Yields this process's core
-        once where the sampler spins, as before; it will be removed in the next release."""
-        deprecated("VecSampler.hand_over()", "nothing: send_all() hands the core over itself")
-        if self.layout.spin_s > 0:
-            self._yield_core()
 
     def batch(self, results: Sequence[StepResult] = (), *, copy: bool = False) -> StepResult:
         """Every env's current data as one StepResult, with the infos of ``results`` merged."""

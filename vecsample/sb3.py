@@ -38,7 +38,8 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 from vecsample import errors
 from vecsample._wire.spaces import copy_tree, flatten, index_tree, unflatten
 from vecsample.factories import env_factories
-from vecsample.options import Options, adapted, usable_cores
+from vecsample.machine import usable_cores
+from vecsample.options import Options, adapted
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.types import AutoresetMode

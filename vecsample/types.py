@@ -4,6 +4,7 @@ ended env is reset. They sit here, outside the private ``_wire`` package, so tha
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -14,6 +15,8 @@ import gymnasium as gym
 EnvFn = Callable[[], gym.Env[Any, Any]]
 #: Any gymnasium space (its type parameter is the type of its samples).
 Space = gym.Space[Any]
+#: A file's path, as ``open`` takes it (``record=``, ``replay=``).
+PathArg = str | os.PathLike[str]
 
 
 class AutoresetMode(str, Enum):
@@ -24,4 +27,4 @@ class AutoresetMode(str, Enum):
     DISABLED = "Disabled"  # never reset; an ended env is frozen until reset() names it
 
 
-__all__ = ["AutoresetMode", "EnvFn", "Space"]
+__all__ = ["AutoresetMode", "EnvFn", "PathArg", "Space"]

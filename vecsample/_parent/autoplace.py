@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from vecsample._parent.startup import warn_once
 from vecsample._wire.spec import TIME_BLOCK
 from vecsample.errors import PlacementNotice
-from vecsample.options import usable_cores
+from vecsample.machine import usable_cores
 
 if TYPE_CHECKING:
     from gymnasium import Space
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 #: What waiting for a worker process adds to a step beyond its envs' time, where the worker
 #: spins on a core of its own (the step is posted, seen, published and read through shared
 #: memory): 7-21 µs on the 2-core development VM, from steps of CartPole x 4 and x 8 with
-#: CleanRL's MLP (one block here against two, and a share; docs/benchmarks.md, "Small
+#: CleanRL's MLP (one block here against two, and a share; docs/lab/benchmarks.md, "Small
 #: workloads"). A constant, not measured at start: timing it would mean starting the worker
 #: processes that the choice may do without.
 ROUND_TRIP_S = 15e-6

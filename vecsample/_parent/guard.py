@@ -11,9 +11,10 @@ another thread then gets ``ConcurrentUseError`` at once, naming the holder, inst
 that thread's results (a full batch returns every pending step, whoever sent it) and leaving
 it to wait for its deadline. Once the holder is out of its calls with nothing pending (or has
 ended), another thread takes the sampler over with its next call, so a sampler made in one
-thread and driven by another works. ``close()`` is not guarded: any thread may call it at any
-time (a trainer stops a sampler that way on shutdown), and the call it cuts short raises
-``ClosedError``.
+thread and driven by another works; when the main thread takes over a sampler made in another,
+it installs the signal handlers that only it can (``signals.adopt``). ``close()`` is not
+guarded: any thread may call it at any time (a trainer stops a sampler that way on shutdown),
+and the call it cuts short raises ``ClosedError``.
 
 The holder's own calls, the hot path, pay one ``claim`` per call: a thread-id read, a compare
 and two attribute stores, nothing per env and no system call. Everything else (another thread,
@@ -28,6 +29,7 @@ import weakref
 from collections.abc import Callable
 
 from vecsample import errors
+from vecsample._parent import signals
 
 #: ``CallGuard.idle`` in a forked child: no thread id, so every call there takes ``_enter``.
 FORKED = -1
@@ -98,6 +100,7 @@ class CallGuard:
             self.idle = idle  # given back as it was
             raise
         self.holder_thread, self.holder = thread, me  # taken over
+        signals.adopt()  # the main thread's first call to a sampler made elsewhere: its handlers
         return me
 
     def _refused(self, call: str, holder: str, doing: str) -> errors.ConcurrentUseError:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from vecsample._parent.startup import resolve_context, warn_once
 from vecsample._wire import handshake
 from vecsample.errors import ConfigError
-from vecsample.options import AUTO_SPIN_US, Options, usable_cores
+from vecsample.machine import usable_cores
+from vecsample.options import AUTO_SPIN_US, Options
 
 if TYPE_CHECKING:  # names in annotations: the records are the sampler's to import
     from vecsample.factories import Envs

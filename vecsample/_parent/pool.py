@@ -585,7 +585,7 @@ def wait_handles(objects: list[Any], timeout: float | None) -> list[Any]:
 
     ``wait`` builds a ``selectors`` object and registers every handle through it on each call:
     ~12 µs for two workers (two pipes, two sentinels). A bare ``select.poll`` does the same in
-    ~3 µs (timeit, docs/benchmarks.md), with the same millisecond rounding of the timeout and
+    ~3 µs (timeit, docs/lab/benchmarks.md), with the same millisecond rounding of the timeout and
     the same rule that any event (data, hang-up, error) makes a handle ready.
     """
     if not hasattr(select, "poll"):  # Windows

@@ -37,7 +37,6 @@ from vecsample._wire.replay_log import (
     VERSION,
     LogReader,
     LogWriter,
-    PathArg,
     Tag,
     describe,
     digest,
@@ -46,6 +45,7 @@ from vecsample._wire.replay_log import (
 from vecsample.factories import EnvMaker
 from vecsample.options import Options
 from vecsample.results import StepResult
+from vecsample.types import PathArg
 
 if TYPE_CHECKING:  # passed in by the sampler, which builds them: no import at run time
     from vecsample._parent.restart import Restarts
@@ -234,7 +234,8 @@ class Replayer(CallLog):
                 self._reader.close()
                 what = f"a VecSampler with {key}={{!r}} (env {{}})"
                 raise errors.ReplayDivergedError(
-                    path=self.path, call=0, expected=what.format(theirs.get(key), theirs["env"]),
+                    path=self.path, call=0,
+                    expected=what.format(theirs.get(key), theirs.get("env", "not named")),
                     got=what.format(ours[key], ours["env"]),
                     fix=f"build the sampler as the recorded run did (the same envs and "
                         f"{', '.join(IDENTITY[2:])})")
@@ -260,13 +261,22 @@ class Replayer(CallLog):
         """Every restart this run made since the last check must be the log's next record."""
         for w, reason in self._restart_log[self._seen:]:
             self._seen += 1
-            record = self._reader.next()
+            record = self._next()
             if record is None or record[0] != Tag.RESTART or record[1] != w:
                 raise self._diverged(record, f"a restart of worker {w} ({reason})")
 
+    def _next(self) -> list[Any] | None:
+        """The log's next record (checked by the reader: ``replay_log.FIELDS``); a corrupt one
+        stops the replay, so that every later call says so too."""
+        try:
+            return self._reader.next()
+        except errors.ReplayLogError as exc:
+            self.stopped = exc
+            raise
+
     def _expect(self, tag: Tag, *fields: object, got: str) -> list[Any]:
         self._begin()
-        record = self._reader.next()
+        record = self._next()
         if record is None or record[0] != tag or (fields and tuple(record[1:]) != fields):
             raise self._diverged(record, got)
         return record
@@ -342,10 +352,10 @@ class Replayer(CallLog):
     def _recorded_recv(self, pending: list[int]) -> tuple[list[tuple[int, str]], list[Any]]:
         """The restarts recorded in this step_recv, then its RECV record, checked."""
         forced: list[tuple[int, str]] = []
-        record = self._reader.next()
+        record = self._next()
         while record is not None and record[0] == Tag.RESTART:
             forced.append((record[1], record[2]))
-            record = self._reader.next()
+            record = self._next()
         got = f"step_recv() with workers {pending} pending"
         if record is None or record[0] not in (Tag.RECV, Tag.RECV_ERROR):
             raise self._diverged(record, got)

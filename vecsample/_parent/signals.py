@@ -16,6 +16,15 @@ callback or a ``__del__``, which the garbage collector may start anywhere) is de
 once it is over: Python drops what a finalizer raises, so raised there it would be lost. A
 SIGINT handler of the user's own is never replaced.
 
+Only the main thread runs Python signal handlers, so only its sections count: a section of
+another thread (a sampler stepped there) never holds a SIGINT, nor raises one in that thread.
+``signal.signal`` works only in the main thread, so a sampler made in another thread gets the
+handlers at the main thread's first call to it (``adopt``, from ``CallGuard``'s take-over): its
+sends keep their promise there too. A section that a KeyboardInterrupt left at its end (raised
+by Python's own handler or the user's, which do not hold it) is forgotten when vecsample's is
+installed: the main thread is then at the start of a call, in no section, and a section left
+open would hold every later SIGINT for good, in every sampler.
+
 SIGTERM: its default action kills the process with no cleanup. When the handler is still the
 default, the first sampler installs one that closes every open sampler (workers exit through
 CLOSE, closing their envs), restores the default action and sends SIGTERM to the process again,
@@ -32,6 +41,7 @@ import signal
 import threading
 import weakref
 from collections.abc import Callable
+from threading import get_ident
 from types import FrameType
 from typing import Protocol
 
@@ -48,17 +58,50 @@ _installed_in: int | None = None  # the pid that installed the handler (fork cop
 
 
 def register(sampler: Closable) -> None:
-    """Tracks ``sampler`` until it is closed, installing the SIGTERM handler if still default."""
+    """Tracks ``sampler`` until it is closed, installing the signal handlers (``adopt``)."""
     _open.add(sampler)
+    adopt()
+
+
+def adopt() -> None:
+    """Installs vecsample's SIGTERM and SIGINT handlers where Python's defaults are in place,
+    from the main thread only (elsewhere it does nothing): at a sampler's construction, and at
+    the main thread's first call to a sampler made in another thread."""
+    if get_ident() != _main.ident:
+        return  # signal.signal works only in the main thread
     _install()
     _install_sigint()
+
+
+class _MainThread:
+    """The main thread's sections: how deep it is in them, and whether a SIGINT that came
+    inside them is held for their end. The only thread whose sections count (module
+    docstring)."""
+
+    __slots__ = ("depth", "ident", "pending")
+
+    def __init__(self, ident: int | None) -> None:
+        self.ident = ident
+        self.depth = 0
+        self.pending = False
+
+
+_main = _MainThread(threading.main_thread().ident)
+
+
+def _after_fork_in_child() -> None:
+    """The thread that forked is the child's main thread, and in no section of its own."""
+    _main.ident, _main.depth, _main.pending = get_ident(), 0, False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Section:
     """Sections that a SIGINT must not cut in two; the interrupt is raised at their end."""
 
-    depth = 0
-    pending = False
+    __slots__ = ()
 
     def __enter__(self) -> None:
         enter()
@@ -74,15 +117,17 @@ critical = Section()
 def enter() -> None:
     """``critical.__enter__`` for the hot path (with ``try: ... finally: leave()``): a third
     of the cost of a ``with`` block, which a step pays three times."""
-    Section.depth += 1
+    if get_ident() == _main.ident:
+        _main.depth += 1
 
 
 def leave() -> None:
     """End of a section: raises the SIGINT noted inside it, as Python's own KeyboardInterrupt."""
-    Section.depth -= 1
-    if Section.pending and Section.depth == 0:
-        Section.pending = False
-        signal.default_int_handler(signal.SIGINT, None)
+    if get_ident() == _main.ident:
+        _main.depth -= 1
+        if _main.pending and _main.depth == 0:
+            _main.pending = False
+            signal.default_int_handler(signal.SIGINT, None)
 
 
 def commit() -> None:
@@ -91,14 +136,15 @@ def commit() -> None:
     raises it (``raise_held``) before it does anything; a SIGINT outside any section raises at
     once and takes the held one with it. It must be the caller's last call: CPython runs signal
     handlers at calls and backward jumps, so none runs between it and the caller's return."""
-    Section.depth -= 1
+    if get_ident() == _main.ident:
+        _main.depth -= 1
 
 
 def raise_held() -> None:
     """At the start of a call: raises the SIGINT that ``commit`` held, if any (as Python's own
     KeyboardInterrupt), so that it comes out of a call that has done nothing yet."""
-    if Section.pending and Section.depth == 0:
-        Section.pending = False
+    if _main.pending and _main.depth == 0 and get_ident() == _main.ident:
+        _main.pending = False
         signal.default_int_handler(signal.SIGINT, None)
 
 
@@ -114,21 +160,26 @@ class undoable:
         self.undo = undo
 
     def __enter__(self) -> None:
-        Section.depth += 1
+        enter()
 
     def __exit__(self, kind: object, value: object, tb: object) -> None:
-        if kind is not None or Section.pending:
+        if get_ident() != _main.ident:  # no SIGINT is ever held for another thread
+            if kind is not None:
+                self.undo()
+            return
+        if kind is not None or _main.pending:
             self.undo()
             leave()  # raises the SIGINT noted before the end (or during the undo)
             return
-        Section.depth -= 1  # the last statement: no SIGINT lands between it and the caller
+        _main.depth -= 1  # the last statement: no SIGINT lands between it and the caller
 
 
 def _install_sigint() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
+        # Called at a call's start: no section is open. One a KeyboardInterrupt left at its
+        # end while this handler was not in place is forgotten (the module docstring).
+        _main.depth = 0
 
 
 #: The code of ``weakref.finalize.__call__``: a frame running it is a finalizer.
@@ -138,15 +189,15 @@ REDELIVER_AFTER = 0.002
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    if Section.depth > 0:
-        Section.pending = True  # raised when the section ends
+    if _main.depth > 0:
+        _main.pending = True  # raised when the section ends
         return
     if _in_finalizer(frame):
         # Python prints and drops any exception a finalizer raises: raised here, the
         # KeyboardInterrupt would be lost. Delivered again once the finalizer is over.
         _redeliver(signum)
         return
-    Section.pending = False  # one held by ``commit`` is raised with this one
+    _main.pending = False  # one held by ``commit`` is raised with this one
     signal.default_int_handler(signum, frame)  # Python's own, as if no handler were set
 
 
@@ -180,8 +231,8 @@ def installed() -> bool:
 
 def _install() -> None:
     global _installed_in
-    if installed() or threading.current_thread() is not threading.main_thread():
-        return  # signal.signal only works in the main thread
+    if installed():
+        return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return  # the user's handler (or SIG_IGN) wins
     signal.signal(signal.SIGTERM, _on_sigterm)

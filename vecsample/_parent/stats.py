@@ -12,8 +12,6 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from vecsample.results import wall_split
-
 
 class PhaseSource(Protocol):
     """Anything that reports seconds per named phase (``vecsample.train.profile.PhaseTimer``)."""
@@ -55,3 +53,19 @@ def merged_totals(sources: list[PhaseSource], own: Mapping[str, float]) -> dict[
         for name, seconds in source.totals().items():
             totals[name] = totals.get(name, 0.0) + seconds
     return totals
+
+
+def wall_split(totals: Mapping[str, float], wall: float, steps: float) -> dict[str, float]:
+    """``<phase>_s`` and ``<phase>_pct`` of ``wall`` per phase, the rest as ``other``, steps/s."""
+    out: dict[str, float] = {"wall_s": wall}
+    for name, seconds in totals.items():
+        out[f"{name}_s"] = seconds
+        out[f"{name}_pct"] = _pct(seconds, wall)
+    other = wall - sum(totals.values())
+    out["other_s"], out["other_pct"] = other, _pct(other, wall)
+    out["steps_per_s"] = steps / wall if wall > 0 else 0.0
+    return out
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole > 0 else 0.0

@@ -13,9 +13,10 @@ import hashlib
 import numbers
 import os
 import re
+import reprlib
 import struct
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import IntEnum
 from typing import IO, Any
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from vecsample import errors
 from vecsample._wire.protocol import Command
+from vecsample.types import PathArg
 
 #: The first bytes of every log.
 MAGIC = b"VSREPLAY"
@@ -32,7 +34,6 @@ MAGIC = b"VSREPLAY"
 VERSION = 2
 _PREFIX = struct.Struct("<8sHI")  # magic, version, header length
 
-PathArg = str | os.PathLike[str]
 #: " at 0x7f...": the address in a default repr, different in every process.
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -49,9 +50,54 @@ class Tag(IntEnum):
     RESTART = 7  # [RESTART, worker, reason]: after the call in which it happened
 
 
-#: How many fields follow the tag in a record of each kind (the reader checks it).
-_FIELDS = {Tag.SEND: 1, Tag.SEND_ALL: 0, Tag.RECV: 1, Tag.RECV_ERROR: 3, Tag.RESET: 3,
-           Tag.COMMAND: 2, Tag.RESTART: 2}
+#: The commands a COMMAND record names: those ``VecSampler`` records (a reset has its own kind).
+RECORDED_COMMANDS = (Command.RESET_TASK, Command.CALL, Command.GET_ATTR, Command.SET_ATTR)
+_COMMANDS = frozenset(int(c) for c in RECORDED_COMMANDS)
+#: The size of a ``digest``.
+DIGEST_SIZE = 8
+
+
+def _worker(x: object) -> bool:
+    return type(x) is int and x >= 0  # not a bool: msgpack keeps true apart from 1
+
+
+def _workers(x: object) -> bool:
+    return type(x) is list and all(_worker(w) for w in x) and len(set(x)) == len(x)
+
+
+def _digest(x: object) -> bool:
+    return x is None or (type(x) is bytes and len(x) == DIGEST_SIZE)
+
+
+def _seed(x: object) -> bool:
+    return type(x) is int or _digest(x)
+
+
+def _command(x: object) -> bool:
+    return type(x) is int and x in _COMMANDS
+
+
+def _text(x: object) -> bool:
+    return type(x) is str
+
+
+_WORKERS = "a list of distinct ints >= 0"
+_DIGEST = f"{DIGEST_SIZE} bytes or nil"
+#: The fields that follow the tag in a record of each kind: what each is, and its check. The
+#: reader checks every record against it, so that the replayer only ever sees well-formed ones.
+FIELDS: dict[Tag, tuple[tuple[str, Callable[[object], bool]], ...]] = {
+    Tag.SEND: (("worker: an int >= 0", _worker),),
+    Tag.SEND_ALL: (),
+    Tag.RECV: ((f"workers: {_WORKERS}", _workers),),
+    Tag.RECV_ERROR: ((f"workers handed over: {_WORKERS}", _workers),
+                     ("error type: a str", _text), (f"hung workers: {_WORKERS}", _workers)),
+    Tag.RESET: ((f"seed: an int, nil or {DIGEST_SIZE} bytes", _seed),
+                (f"options digest: {_DIGEST}", _digest), (f"mask digest: {_DIGEST}", _digest)),
+    Tag.COMMAND: (("command: one of " + ", ".join(f"{int(c)} ({c.name.lower()})"
+                                                  for c in RECORDED_COMMANDS), _command),
+                  (f"payload digest: {_DIGEST}", _digest)),
+    Tag.RESTART: (("worker: an int >= 0", _worker), ("reason: a str", _text)),
+}
 
 
 def digest(value: object) -> bytes | None:
@@ -63,7 +109,7 @@ def digest(value: object) -> bytes | None:
         data = value.dtype.str.encode() + repr(value.shape).encode() + value.tobytes()
     else:
         data = ADDRESS.sub("", repr(value)).encode()
-    return hashlib.blake2b(data, digest_size=8).digest()
+    return hashlib.blake2b(data, digest_size=DIGEST_SIZE).digest()
 
 
 def seed_field(seed: object) -> object:
@@ -173,9 +219,10 @@ class LogReader:
                 f" (then {size - offset} bytes of a record cut short: the run crashed)"
                 if size > offset else "")
             return None
-        if not _valid(record):
-            raise self._error(f"record {self.count} (byte {offset}) is not a record: "
-                              f"{record!r}", "record the run again")
+        problem = malformed(record)
+        if problem:
+            raise self._error(f"record {self.count} (byte {offset}) is not a valid record: "
+                              f"{reprlib.repr(record)} ({problem})", "record the run again")
         self.count += 1
         return list(record)
 
@@ -183,12 +230,24 @@ class LogReader:
         self._finalizer()
 
 
-def _valid(record: object) -> bool:
-    if not isinstance(record, list) or not record or not isinstance(record[0], int):
-        return False
-    if record[0] not in Tag._value2member_map_:
-        return False
-    return len(record) == 1 + _FIELDS[Tag(record[0])]
+def malformed(record: object) -> str:
+    """What is wrong with ``record`` as a record of the log ("" if nothing): its kind, its
+    number of fields, or a field of the wrong type (``FIELDS``)."""
+    if not isinstance(record, list) or not record:
+        return f"expected an array [kind, fields...], got {type(record).__name__}"
+    tag = record[0]
+    if type(tag) is not int or tag not in Tag._value2member_map_:
+        kinds = ", ".join(f"{int(t)} ({t.name})" for t in Tag)
+        return f"expected a kind first, one of {kinds}; got {reprlib.repr(tag)}"
+    fields = FIELDS[Tag(tag)]
+    layout = ", ".join([str(tag), *(what.partition(":")[0] for what, _ in fields)])
+    if len(record) != 1 + len(fields):
+        return (f"a {Tag(tag).name} record is [{layout}]: {1 + len(fields)} entries, got "
+                f"{len(record)}")
+    for (what, check), value in zip(fields, record[1:], strict=True):
+        if not check(value):
+            return f"a {Tag(tag).name} record is [{layout}], with {what}; got {reprlib.repr(value)}"
+    return ""
 
 
 def describe(record: list[Any] | None, end: str = "") -> str:
@@ -211,5 +270,5 @@ def describe(record: list[Any] | None, end: str = "") -> str:
     return f"a restart of worker {fields[0]} ({fields[1]})"
 
 
-__all__ = ["MAGIC", "VERSION", "LogReader", "LogWriter", "Tag", "describe", "digest",
-           "seed_field"]
+__all__ = ["FIELDS", "MAGIC", "RECORDED_COMMANDS", "VERSION", "LogReader", "LogWriter", "Tag",
+           "describe", "digest", "malformed", "seed_field"]

@@ -48,7 +48,7 @@ from vecsample._wire.protocol import ResetReply
 from vecsample._wire.shm import SharedBuffers, Views
 from vecsample._wire.spaces import unflatten
 from vecsample._wire.spec import WorkerSpec
-from vecsample._worker.rows import first_non_scalar, lane, obs_batcher, obs_writer
+from vecsample._worker.rows import FINAL_OBS, first_non_scalar, lane, obs_batcher, obs_writer
 from vecsample._worker.step_loop import Cursor
 from vecsample.types import AutoresetMode
 
@@ -69,7 +69,7 @@ class EnvBlock:
         # end: one slice copy for a bare array space, a row write per env otherwise.
         self.put_obs, self.flush_obs = obs_batcher(buffers, views.obs_leaves, self.write_obs,
                                                    cursor)
-        self.write_final = obs_writer(buffers, views.final_obs_leaves)
+        self.write_final = obs_writer(buffers, views.final_obs_leaves, FINAL_OBS)
         self.obs_lane = any(not leaf.shared for leaf in buffers.obs_leaves)
         self.step = functools.partial(LOOPS[spec.autoreset_mode], self)
 

@@ -3,14 +3,14 @@
 with one copy (the parent's side, the user's ``HostedVector`` and its checks, is
 ``vecsample/hosted.py``).
 
-A step writes what the env block's loop of the same mode writes (``env_block.py``), from the
-vector env's own autoreset: under SAME_STEP the final observations come from
-``infos["final_obs"]`` (gymnasium's convention); under NEXT_STEP the rows that ended at the last
-step come back reset, their infos as reset infos; under DISABLED a row that ended is frozen, as
-in the env block's table, for an env that freezes its ended rows (``freezes_ended_envs``): its
-observation, ``terminated`` and ``truncated`` are kept, its reward is 0 and it has no record,
-whatever the env returned for it. The parent posts no step to a block with an ended row of any
-other env (``hosted.check_not_ended``).
+A step writes what the env block's loop of the same mode writes (``env_block.py``), from the vector
+env's own autoreset: under SAME_STEP the final observations come from ``infos["final_obs"]``
+(gymnasium's convention); under NEXT_STEP the rows that ended at the last step come back reset,
+their infos as reset infos; under DISABLED a row that ended is frozen, as in the env block's table,
+for an env that freezes its ended rows (its ``metadata["freezes_ended_envs"]``): its observation,
+``terminated`` and ``truncated`` are kept, its reward is 0 and it has no record, whatever the env
+returned for it. The parent posts no step to a block with an ended row of any other env
+(``hosted.check_not_ended``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from vecsample._wire.protocol import Command, ResetReply
 from vecsample._wire.shm import Views
 from vecsample._wire.spaces import unflatten
 from vecsample._wire.spec import WorkerSpec
-from vecsample._worker.rows import obs_writer
+from vecsample._worker.rows import FINAL_OBS, check_dtype, obs_writer
 from vecsample.adapters.vector_infos import LazyInfos
 from vecsample.errors import EnvOutputError, HostedEnvError
 from vecsample.hosted import (
@@ -54,7 +54,7 @@ class HostedBlock:
         self.hosted, self.spec, self.views = hosted, spec, views
         self.writer = writer  # the worker's info columns: a batch env's columns go straight in
         self.count, self.infos, self.mode = spec.count, spec.infos, spec.autoreset_mode
-        self.write_final = obs_writer(spec.buffers, views.final_obs_leaves)
+        self.write_final = obs_writer(spec.buffers, views.final_obs_leaves, FINAL_OBS)
         # Batched, in shared memory: the env reads this step's actions where the parent wrote them.
         self.actions = unflatten(spec.buffers.action_space, iter(views.action_leaves))
         # NEXT_STEP: reset at the next step; DISABLED: frozen until reset (a freezing env)
@@ -63,6 +63,8 @@ class HostedBlock:
                            AutoresetMode.NEXT_STEP: self._next_step,
                            AutoresetMode.DISABLED: self._disabled}[self.mode]
         self.masks = False  # set by build(), from the env
+        #: Each observation leaf, and the dtypes seen to fit it (``rows.check_dtype``).
+        self.obs_leaves = [(leaf, {leaf.dtype}) for leaf in spec.buffers.obs_leaves]
 
     def build(self) -> None:
         buffers = self.spec.buffers
@@ -81,7 +83,7 @@ class HostedBlock:
                    records: list[InfoRecord]) -> None:
         """NEXT_STEP: the env resets the rows that ended last step; their infos are resets'."""
         v = self.views
-        _put_obs(v.obs_leaves, obs, self.views)
+        self._put_obs(obs)
         _put_scalars(v, scalars)
         if self.infos and not self._put_columns(infos, records):
             split = _split(infos, self.count)
@@ -96,7 +98,7 @@ class HostedBlock:
         env block writes a frozen env: nothing but a reward of 0."""
         v, frozen = self.views, self.ended.copy()
         live = None if not frozen.any() else ~frozen
-        _put_obs(v.obs_leaves, obs, v, live)
+        self._put_obs(obs, live)
         if live is not None:
             rewards, terminated, truncated = (np.asarray(x) for x in scalars)
             scalars = (np.where(live, rewards, 0), np.where(live, terminated, v.terminated),
@@ -112,7 +114,7 @@ class HostedBlock:
         """SAME_STEP: rows that ended are already reset; their last observation and info come
         in ``infos["final_obs"]`` and ``infos["final_info"]`` (gymnasium's convention)."""
         v = self.views
-        _put_obs(v.obs_leaves, obs, v)
+        self._put_obs(obs)
         _put_scalars(v, scalars)
         np.logical_or(v.terminated, v.truncated, out=v.has_final_obs)
         ended = np.flatnonzero(v.has_final_obs)
@@ -121,7 +123,7 @@ class HostedBlock:
             if ended.size:
                 if columns.ended is None or not columns.ended[ended].all():
                     raise _no_final_obs(int(ended[0]))
-                _put_obs(v.final_obs_leaves, columns.final_obs, v, v.has_final_obs)
+                self._put_obs(columns.final_obs, v.has_final_obs, final=True)
         else:
             self._write_finals(infos, ended)
         if self.infos and not self._put_columns(infos, records):
@@ -153,6 +155,22 @@ class HostedBlock:
             records += _by_env(step, columns.step_rows, reset, columns.reset_rows)
         return True
 
+    def _put_obs(self, obs: Any, rows: np.ndarray | None = None, final: bool = False) -> None:
+        """One copy per observation leaf (of the rows of the mask ``rows`` only, if given), to
+        the final observations' leaves with ``final``; the batch must have each leaf's exact
+        shape, and a dtype the leaf takes by numpy's same_kind rule (``rows.check_dtype``: one
+        set lookup per leaf and batch)."""
+        views = self.views.final_obs_leaves if final else self.views.obs_leaves
+        field = FINAL_OBS if final else "the hosted vector env's observation"
+        parts = [obs] if len(views) == 1 and not isinstance(obs, (dict, tuple)) else (
+            _leaves_of(self.views.obs, obs))
+        for view, part, (leaf, fits) in zip(views, parts, self.obs_leaves, strict=True):
+            arr = np.asarray(part)
+            if leaf.shared and arr.dtype not in fits and arr.shape == view.shape:
+                check_dtype(leaf, field, part, arr, fits)
+            _copy_exact(view, arr, "observations",
+                        " (the block's envs times the leaf's shape); nothing is broadcast.", rows)
+
     def reset(self, payload: tuple[list[Any], Any, Any]) -> ResetReply:
         """Resets the block (the rows of ``mask``) with the block's seeds."""
         seeds, options, mask = payload
@@ -162,13 +180,13 @@ class HostedBlock:
                 raise HostedEnvError(
                     feature="reset(mask=...) of part of a block", reason=f"{env_name(self.env)} "
                     "cannot reset part of its batch", fix="reset whole blocks, or host a "
-                    "SyncVectorEnv or an env with supports_reset_mask = True")
+                    "SyncVectorEnv or an env with metadata['supports_reset_mask'] = True")
             options = {**(options or {}), "reset_mask": np.array(mask, dtype=bool)}
         seed: Any = block_seed(self.env, seeds)  # VectorEnv annotates only int seeds
         obs, infos = self.env.reset(seed=seed, options=options)
         _check_infos(infos, "reset")
         v = self.views
-        _put_obs(v.obs_leaves, obs, v)
+        self._put_obs(obs)
         rows = np.ones(self.count, bool) if mask is None else np.asarray(mask, bool)
         for flags in (v.terminated, v.truncated, v.has_final_obs, v.restarted, self.ended):
             flags[rows] = False
@@ -209,17 +227,6 @@ class HostedBlock:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def _put_obs(views: list[np.ndarray], obs: Any, all_views: Any,
-             rows: np.ndarray | None = None) -> None:
-    """One copy per observation leaf (of the rows of the mask ``rows`` only, if given); the
-    batch must have each leaf's exact shape."""
-    parts = [obs] if len(views) == 1 and not isinstance(obs, (dict, tuple)) else _leaves_of(
-        all_views.obs, obs)
-    for view, part in zip(views, parts, strict=True):
-        _copy_exact(view, part, "observations",
-                    " (the block's envs times the leaf's shape); nothing is broadcast.", rows)
 
 
 def _leaves_of(template: Any, value: Any) -> list[Any]:
@@ -319,7 +326,7 @@ def _check_spaces(env: gym.vector.VectorEnv, obs: Space, act: Space) -> None:
 
 
 def _masks_resets(env: gym.vector.VectorEnv) -> bool:
-    """Whether ``reset(options={"reset_mask": m})`` resets only the rows of ``m``."""
-    unwrapped = env.unwrapped
-    return isinstance(unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)) or bool(
-        getattr(unwrapped, "supports_reset_mask", False))
+    """Whether ``reset(options={"reset_mask": m})`` resets only the rows of ``m``: gymnasium's
+    own vector envs do; another env says so in its metadata (``supports_reset_mask``)."""
+    own = isinstance(env.unwrapped, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
+    return own or env.metadata.get("supports_reset_mask", False) is True

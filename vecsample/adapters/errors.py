@@ -1,7 +1,6 @@
 """The errors only ``vecsample.VectorEnv`` raises: gymnasium's own error types, subclassed so
-that code written for ``AsyncVectorEnv`` catches them, with vecsample's messages.
-
-(They were in ``vecsample.errors`` before; their names there still work for one release.)
+that code written for ``AsyncVectorEnv`` catches them, with vecsample's messages. They live
+here only (``vecsample.errors`` holds the core's), so the core's errors never load the adapter.
 """
 
 from __future__ import annotations

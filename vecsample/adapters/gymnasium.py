@@ -25,10 +25,10 @@ from vecsample import errors, hosted
 from vecsample._wire.spaces import copy_tree
 from vecsample.adapters import errors as adapter_errors
 from vecsample.adapters import vector_infos
-from vecsample.deprecation import renamed
 from vecsample.factories import EnvMaker, Envs
 from vecsample.hosted import HostedVector
-from vecsample.options import Options, adapted, check_int, usable_cores
+from vecsample.machine import usable_cores
+from vecsample.options import Options, adapted, check_int
 from vecsample.results import StepResult
 from vecsample.sampler import VecSampler
 from vecsample.types import AutoresetMode, EnvFn, Space
@@ -677,7 +677,7 @@ def make_vec(
         num_workers: As for :class:`VectorEnv` (``None``: one per usable core).
         env_kwargs: Keyword arguments for every ``gymnasium.make`` call (not ``**kwargs``).
         vectorization_mode: ``"vector_entry_point"`` or ``"sync"``: one vector env per worker
-            (gymnasium's keyword); None: one env per row. ``vectorization=``: its old name.
+            (gymnasium's keyword); None: one env per row.
         **kwargs: Passed on to :class:`VectorEnv` (``autoreset_mode``, ``copy``,
             ``shared_memory``, ``options``, ``deadline``, ...).
 
@@ -693,16 +693,14 @@ def make_vec(
         array([1., 1.])
         >>> envs.close()
     """
-    mode = renamed("make_vec", "vectorization", kwargs.pop("vectorization", None),
-                   "vectorization_mode", vectorization_mode)  # the old name warns
-    return VectorEnv(_make_vec_fns(env_id, num_envs, dict(env_kwargs or {}), mode), num_workers,
-                     **kwargs)
+    return VectorEnv(_make_vec_fns(env_id, num_envs, dict(env_kwargs or {}), vectorization_mode),
+                     num_workers, **kwargs)
 
 
 def _make_vec_fns(env_id: str, num_envs: object, kwargs: dict[str, Any],
                   vectorization_mode: str | None) -> list[EnvFn] | HostedVector:
     """make_vec's envs: ``num_envs`` makers of ``env_id`` or, with ``vectorization_mode``, one
-    vector env per worker (``HostedVector``, docs/benchmarks.md "Past the bare loop")."""
+    vector env per worker (``HostedVector``, docs/lab/benchmarks.md "Past the bare loop")."""
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise errors.ConfigError(f"num_envs must be an int >= 1, got {num_envs!r}.")
     if vectorization_mode is not None:

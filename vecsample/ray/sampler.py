@@ -9,7 +9,7 @@ requests, and hands their chunks back.
 * Receiving: every actor is topped up to ``in_flight`` requests at each ``recv`` and
   ``set_weights`` (double buffering with 2: it works on one chunk while the trainer
   updates). ``recv()`` waits for one chunk from every live actor
-  (full); ``recv(timeout, min_chunks)`` returns whichever chunks are ready (partial, through
+  (full); ``recv(min_chunks, max_wait=s)`` returns whichever chunks are ready (partial, through
   ``ray.wait``). Refs not returned stay pending and come back from a later ``recv``: nothing is
   dropped or returned twice.
 * Faults: an actor that dies loses only its in-flight chunks (counted in ``stats()``); Ray
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -53,13 +52,6 @@ __all__ = ["RaySampler"]
 
 #: How often Ray may rebuild each dead actor, by default (``RaySampler(actor_restarts=)``).
 ACTOR_RESTARTS = 3
-#: RaySampler's own knobs that once had the name of an ``Options`` field, by their old name.
-#: The old name is a deprecated alias for one release; after it, it stays refused by name, so
-#: that ``RaySampler(max_restarts=5)`` never silently becomes the Options field of that name.
-RENAMED = {"max_restarts": "actor_restarts", "deadline": "start_deadline"}
-#: The own knobs' defaults, to tell a new name that was given from one left alone.
-_OWN_DEFAULTS: dict[str, Any] = {"actor_restarts": ACTOR_RESTARTS,
-                                 "start_deadline": DEFAULT_DEADLINE}
 
 
 # --- the driver side ---------------------------------------------------------------------------
@@ -111,7 +103,7 @@ class RaySampler:
         workers_per_actor: Env processes per actor; must divide the envs of an actor (unless
             ``uneven_split``; checked before Ray starts). Each actor reserves that many CPUs
             from Ray (``num_cpus``), so a node with fewer free CPUs never gets it: the actors
-            then never start and the constructor raises after ``start_deadline``.
+            then never start and the constructor raises after ``actor_deadline``.
         chunk_length: Steps of every env in one chunk.
         weights: Initial weights for the actors' policies, sent as with ``set_weights``
             (version 1); None keeps the weights ``policy_fn`` built (version 0).
@@ -128,28 +120,25 @@ class RaySampler:
             when Ray says it cannot come back (``actors_alive`` drops). Not
             ``Options.max_restarts``, which bounds how often each actor's VecSampler respawns
             one of its env processes (with ``restart=True``): set that one in ``options``.
-        start_deadline: Seconds the actors may take to start, and one full ``recv`` may wait
-            (for restarting actors too); None waits forever. Each actor's VecSampler has its
-            own, ``Options.deadline``.
+        actor_deadline: How long the actors may keep the driver waiting, in seconds: to start
+            (all built), or for a full ``recv`` (restarting actors included); None waits
+            forever. Not ``Options.deadline`` (each actor's VecSampler's bound on its env
+            processes) nor ``Options.startup_deadline`` (each env process's build).
         options: Each actor's ``VecSampler``'s ``vecsample.Options`` (``context``, ``infos``,
             ``restart``, ...). This class sets ``num_workers`` (``workers_per_actor``),
             ``autoreset_mode`` ('SameStep') and ``seed`` (per actor, from ``seed``): setting
             them here is a ConfigError.
         **overrides: ``Options`` fields by name, applied on top of ``options`` (as
             ``VecSampler(env_fns, options=..., **overrides)`` takes them); an unknown name is a
-            ConfigError naming the closest field. ``max_restarts`` and ``deadline`` are not
-            taken here: on this class they are the deprecated names of ``actor_restarts`` and
-            ``start_deadline``; set the Options fields of those names through ``options=``.
-
-    Deprecated (for one release, each with a ``FutureWarning``; they keep their old meaning):
-        ``max_restarts=``: ``actor_restarts``. ``deadline=``: ``start_deadline``.
-        ``sampler_kwargs={...}``: the same fields as ``**overrides``, or in ``options=``.
+            ConfigError naming the closest field. ``max_restarts`` and ``deadline`` are those
+            fields too, each actor's VecSampler's: not ``actor_restarts`` and
+            ``actor_deadline``, which are this class's own.
 
     Raises:
         ConfigError: An argument or option has the wrong type or range (a count below 1, a
-            negative ``actor_restarts`` or ``start_deadline``, an env id without ``num_envs``,
+            negative ``actor_restarts`` or ``actor_deadline``, an env id without ``num_envs``,
             an unknown option, ...), before Ray is started.
-        DeadlineExceededError: The actors were not all built within ``start_deadline`` (not
+        DeadlineExceededError: The actors were not all built within ``actor_deadline`` (not
             enough free CPUs on the cluster, or slow env builds). Every actor started is killed.
         ray.exceptions.RayActorError: An actor failed to build (an env factory or
             ``policy_fn`` raised, or a space is not a single array); the message carries the
@@ -189,20 +178,18 @@ class RaySampler:
         seed: int | None = None,
         in_flight: int = 2,
         actor_restarts: int = ACTOR_RESTARTS,
-        start_deadline: float | None = DEFAULT_DEADLINE,
+        actor_deadline: float | None = DEFAULT_DEADLINE,
         options: Options | None = None,
         **overrides: Any,
     ) -> None:
         self._closed = True  # until the actors are up
         # Everything is checked before Ray is started (a ConfigError costs no cluster).
-        overrides, own = _renamed(overrides, actor_restarts=actor_restarts,
-                                  start_deadline=start_deadline)
         fns = env_factories(env_fns, num_envs, env_kwargs)
         self.chunk_length = check_int(chunk_length, "chunk_length")
         self.in_flight = check_int(in_flight, "in_flight")
-        self.actor_restarts = check_int(own["actor_restarts"], "actor_restarts", minimum=0)
+        self.actor_restarts = check_int(actor_restarts, "actor_restarts", minimum=0)
         self.workers_per_actor = check_int(workers_per_actor, "workers_per_actor")
-        self.start_deadline = check_seconds(own["start_deadline"], "start_deadline")
+        self.actor_deadline = check_seconds(actor_deadline, "actor_deadline")
         self.options = adapted(options, overrides, where="RaySampler",
                                fixed=_fixed(self.workers_per_actor))
         _check_split(len(fns), self.workers_per_actor, self.options.uneven_split)
@@ -228,27 +215,15 @@ class RaySampler:
         self._closed = False
         self._await_ready()
 
-    @property
-    def max_restarts(self) -> int:
-        """Deprecated: ``actor_restarts``."""
-        _warn_renamed("max_restarts", "actor_restarts", "attribute", stacklevel=3)
-        return self.actor_restarts
-
-    @property
-    def deadline(self) -> float | None:
-        """Deprecated: ``start_deadline``."""
-        _warn_renamed("deadline", "start_deadline", "attribute", stacklevel=3)
-        return self.start_deadline
-
     def _await_ready(self) -> None:
         slots = self._fleet.slots
         refs = [slot.handle.ready.remote() for slot in slots]
         try:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.start_deadline)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.actor_deadline)
             if len(ready) < len(refs):
                 raise errors.DeadlineExceededError(
                     hung_workers=[i for i, r in enumerate(refs) if r not in ready],
-                    deadline=self.start_deadline, who="Ray actors (starting)",
+                    deadline=self.actor_deadline, who="Ray actors (starting)",
                     fix=f"check `ray status` for free CPUs (each actor asks for "
                     f"num_cpus={self.workers_per_actor})",
                 )
@@ -287,11 +262,13 @@ class RaySampler:
 
     # --- receiving -----------------------------------------------------------------------------
 
-    def recv(self, timeout: float | None = None, min_chunks: int | None = None) -> list[Chunk]:
+    def recv(self, min_chunks: int | None = None, *,
+             max_wait: float | None = None) -> list[Chunk]:
         """Full (no arguments): one chunk from every actor that is up, waiting (within
-        ``start_deadline``) for a restarting one when none is. Partial: waits up to ``timeout``
-        seconds (None: no limit) for ``min_chunks`` (default 1) chunks, then returns every chunk
-        ready by then, possibly none. Chunks not returned stay pending.
+        ``actor_deadline``) for a restarting one when none is. Partial (either argument): waits
+        for ``min_chunks`` chunks (default 1), for at most ``max_wait`` seconds (None: no cap),
+        then returns every chunk ready by then, possibly none: the cap running out is no error.
+        Chunks not returned stay pending.
 
         A request that raised (an env's or the policy's error, from the actor) is counted lost
         and its error is raised, carrying the chunks taken in this call (``results``) and the
@@ -303,16 +280,16 @@ class RaySampler:
         try:
             self._settle_probes()
             self._fill()
-            if timeout is None and min_chunks is None:
+            if max_wait is None and min_chunks is None:
                 self._recv_full()
             else:
-                self._recv_partial(timeout, 1 if min_chunks is None else min_chunks)
+                self._recv_partial(1 if min_chunks is None else min_chunks, max_wait)
         finally:
             self._fleet.stats["wait_s"] += time.perf_counter() - start
         return self._fleet.hand_over()
 
     def _recv_full(self) -> None:
-        end = _end(self.start_deadline)
+        end = _end(self.actor_deadline)
         while True:
             self._fill()  # an actor back from a restart gets its requests here
             up = self._fleet.up()
@@ -328,9 +305,10 @@ class RaySampler:
             if taken:  # else every actor waited for died meanwhile: wait for their restarts
                 return
 
-    def _recv_partial(self, timeout: float | None, min_chunks: int) -> None:
-        timeout, min_chunks = check_seconds(timeout, "timeout"), check_int(min_chunks, "min_chunks")
-        end = _end(timeout)
+    def _recv_partial(self, min_chunks: int, max_wait: float | None) -> None:
+        min_chunks, max_wait = check_int(min_chunks, "min_chunks"), check_seconds(max_wait,
+                                                                                 "max_wait")
+        end = _end(max_wait)
         if not self._fleet.up() and self._await_restart(end):  # every live actor is restarting
             self._fill()
         refs = [ref for slot in self._fleet.live() for ref, _ in slot.pending]
@@ -355,15 +333,15 @@ class RaySampler:
             self._fleet.settle(ready)
 
     def _late(self, slots: list[Slot], restarting: str) -> errors.DeadlineExceededError:
-        """The error of a full recv past ``start_deadline``; the chunks taken ride on it."""
+        """The error of a full recv past ``actor_deadline``; the chunks taken ride on it."""
         if restarting:
             fix = (f"Ray is restarting them and no node took them back in time (each asks for "
                    f"num_cpus={self.workers_per_actor}); add nodes or free CPUs, or raise "
-                   f"`start_deadline`. They stay restarting")
+                   f"`actor_deadline`. They stay restarting")
         else:
-            fix = "their requests stay pending. Raise `start_deadline` or shorten `chunk_length`"
+            fix = "their requests stay pending. Raise `actor_deadline` or shorten `chunk_length`"
         return errors.DeadlineExceededError(
-            hung_workers=[slot.actor_id for slot in slots], deadline=self.start_deadline,
+            hung_workers=[slot.actor_id for slot in slots], deadline=self.actor_deadline,
             who=f"Ray actors{' (restarting)' if restarting else ''}", fix=fix,
             results=self._fleet.release())
 
@@ -456,41 +434,6 @@ class RaySampler:
                 f"chunk_length={self.chunk_length}, version={self._version}, {state})")
 
 
-def _warn_renamed(old: str, new: str, kind: str, stacklevel: int = 4) -> None:
-    # FutureWarning, not DeprecationWarning: RaySampler is called from training scripts and
-    # the modules they import, where Python hides DeprecationWarning by default, and after this
-    # release the old name is refused, so the person running the script must see it now.
-    warnings.warn(
-        f"RaySampler's {kind} {old} is deprecated: it is {new} now (it is RaySampler's own, not "
-        f"the Options field {old}, which each actor's VecSampler takes through options=); "
-        f"{old} will be refused after this release.", FutureWarning, stacklevel=stacklevel)
-
-
-def _renamed(overrides: dict[str, Any], **own: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(Options overrides, own knobs)``: the deprecated names taken out of ``overrides`` with
-    a FutureWarning each: ``max_restarts`` and ``deadline`` set RaySampler's own knobs (their old
-    meaning), and ``sampler_kwargs``'s fields join the overrides (Options fields, as they were)."""
-    overrides = dict(overrides)
-    for old, new in RENAMED.items():
-        if old in overrides:
-            _warn_renamed(old, new, "argument")
-            if own[new] != _OWN_DEFAULTS[new]:
-                raise errors.ConfigError(f"{old}= and {new}= were both given; {old} is the "
-                                         f"deprecated name of {new}: pass {new} only.")
-            own[new] = overrides.pop(old)
-    if "sampler_kwargs" in overrides:
-        warnings.warn("RaySampler's argument sampler_kwargs is deprecated: pass the Options "
-                      "fields as keywords, or in options=; sampler_kwargs will be refused after "
-                      "this release.", FutureWarning, stacklevel=3)
-        extra = dict(overrides.pop("sampler_kwargs") or {})
-        both = sorted(set(extra) & set(overrides))
-        if both:
-            raise errors.ConfigError(f"{both} given both as keywords and in sampler_kwargs; "
-                                     f"pass each once.")
-        overrides.update(extra)
-    return overrides, own
-
-
 def _ray_instance() -> str:
     """Which Ray instance this driver is connected to: its own worker id, new at each init."""
     return str(ray.get_runtime_context().get_worker_id())
@@ -542,7 +485,7 @@ def _num_actors(num_actors: int | None) -> int:
 def _check_split(num_envs: int, workers: int, uneven_split: bool) -> None:
     """``workers_per_actor`` against an actor's envs, as its VecSampler will check it, but
     before Ray starts: each actor asks Ray for that many CPUs, so a split that cannot work
-    would wait out ``start_deadline`` for them first and then blame the CPUs."""
+    would wait out ``actor_deadline`` for them first and then blame the CPUs."""
     if workers > num_envs:
         raise errors.ConfigError(name="workers_per_actor",
                                  expected=f"at most the envs of an actor ({num_envs})",

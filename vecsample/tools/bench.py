@@ -7,7 +7,7 @@ ratio to the bare loop in one process (the per-core limit) and to ``cores`` bare
 (the machine limit). Then the round trip of step_send + step_recv with 1 worker × 1 env. The
 table has a legend, numbered notes for skipped rows, and ends with one line per (env, env count)
 saying whether VecSampler's full or partial batches won and by how much.
-See docs/benchmarks.md for a run and how to read it.
+See docs/lab/benchmarks.md for a run and how to read it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from vecsample.errors import ConfigError
 from vecsample.extras import require
 from vecsample.factories import EnvMaker
 from vecsample.hosted import VECTORIZATIONS
-from vecsample.options import usable_cores
+from vecsample.machine import usable_cores
 from vecsample.tools import compare, efficiency
 from vecsample.tools.bench_backends import (
     BACKENDS,
@@ -434,7 +434,7 @@ def legend(repeats: int) -> list[str]:
         "  CPU eff    the bare loop's CPU µs ÷ this row's: the share of the CPU spent in the envs",
         "  U          vecsample: the workers' time inside the env loop ÷ wall time (mean)",
         "  E          vecsample: bare loop ÷ the worker loop of the row's autoreset mode, per",
-        "             env step, in one process (docs/benchmarks.md: U × E predicts × machine)",
+        "             env step, in one process (docs/lab/benchmarks.md: U × E predicts × machine)",
         "  send, wait, return, outside: the parent's wall µs per batch posting, blocked, reading",
         "             results, and outside the sampler; parent CPU: its CPU µs per batch, not",
         "             counting its waits",
@@ -450,7 +450,7 @@ def _groups(rows: list[Row]) -> dict[tuple[str, int], list[Row]]:
 
 
 def parent_lines(group: list[Row]) -> list[str]:
-    """vecsample's rows: U, E, and the parent's µs per batch (docs/benchmarks.md)."""
+    """vecsample's rows: U, E, and the parent's µs per batch (docs/lab/benchmarks.md)."""
     cells = []
     for r in group:
         if r.parent_us is not None:

@@ -234,17 +234,6 @@ class Sampler:
         # resets did: Pong's U read 0.53 for 0.90).
         self.obs: Any = s.reset(seed=0)[0]
 
-    @classmethod
-    def sleeping(cls, workers: int, envs_per_worker: int, sleep: float, timeout: float,
-                 partial: bool) -> Sampler:
-        """The sleep-env scenario (``testing.sleep_fns``: one sleep of ``sleep`` seconds per
-        worker batch), full batches or partial ones of ``timeout``: the sampler of the scripts
-        in experiments/ that measure the parent's cost (parent_scaling.py, handshake_floor.py)."""
-        # cores=2: only the machine-limit rows read it, and a sleep config has none.
-        cfg = Config(f"sleep {sleep * 1e3:g} ms", workers * envs_per_worker, workers, 2,
-                     timeout, "none", sleep)
-        return cls(cfg, timeout if partial else None)
-
     def run(self, seconds: float) -> float:
         if self.timeout is None:
             return self._run_full(seconds)
@@ -423,7 +412,7 @@ def _hosted(cfg: Config) -> Backend:
     """VecSampler with one vector env per worker (NextStep: CartPole's entry point's mode; a
     batch-native MuJoCo env steps its physics on one thread per worker)."""
     env_id, kwargs = _batched(cfg)
-    # infos off, as in the run of docs/benchmarks.md (CartPole's vector infos are empty).
+    # infos off, as in the run of docs/lab/benchmarks.md (CartPole's vector infos are empty).
     sampler = VecSampler(HostedVector(env_id, cfg.vectorization, env_kwargs=kwargs),
                          num_envs=cfg.num_envs, num_workers=cfg.workers, infos=False,
                          autoreset_mode="NextStep")
@@ -485,7 +474,7 @@ BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "hosted_share": ("vecsample VecSampler(HostedVector(batch id)), env_placement='share'",
                      _no_sleep(lambda c: _hosted_defaults(c, "share"))),
 }
-#: The rows of --vectorization ("Past the bare loop", docs/benchmarks.md): the bare loop, the
+#: The rows of --vectorization ("Past the bare loop", docs/lab/benchmarks.md): the bare loop, the
 #: machine limit, VecSampler over the single envs, the vector env in one process, hosted, EnvPool.
 HOSTED_BACKENDS = ("bare", "machine", "vecsample", "vector_one", "hosted", "hosted_defaults",
                    "hosted_no_infos", "hosted_share", "envpool")

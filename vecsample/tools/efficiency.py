@@ -6,7 +6,7 @@ ends), the two taking turns, each timed on this thread's CPU clock (a core taken
 work on the machine does not count against either). E below 1 is the worker's own cost per env
 step: writing results to shared memory, gathering infos. With the worker utilization U it
 predicts the share of the machine limit a sampler reaches on any number of cores
-(docs/benchmarks.md).
+(docs/lab/benchmarks.md).
 """
 
 from __future__ import annotations

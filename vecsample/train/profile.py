@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, TypedDict
 
-from vecsample.results import wall_split
-
 Clock = Callable[[], float]
 
 
@@ -139,17 +137,6 @@ class PhaseTimer:
             "other_pct": _pct(other, wall),
             "extra": dict(extra or {}),
         }
-
-    def summary(
-        self, external: Mapping[str, float] | None = None, steps: float | None = None
-    ) -> dict[str, float]:
-        """A flat dict for ``stats()``: ``<phase>_s`` and ``<phase>_pct`` of the wall time.
-
-        ``external`` adds phases timed elsewhere on the same wall clock (the sampler's ``send``
-        and ``wait``); ``steps`` overrides the step count used for ``steps_per_s``.
-        """
-        totals = {**self.totals(), **dict(external or {})}
-        return wall_split(totals, self.wall_s, self._steps if steps is None else steps)
 
     def _charge(self, name: str, seconds: float, *, count: int) -> None:
         phase = self._phases.setdefault(name, _Phase())

@@ -9,12 +9,12 @@ a ``SyncVectorEnv`` do it: per-env generators seeded as ``SyncVectorEnv.reset`` 
 truncation (``TimeLimit``), the three autoreset modes, ``reset(options={"reset_mask": m})``,
 and gymnasium's vector infos with their masks (``final_obs`` / ``final_info`` under SameStep).
 
-Under Disabled an env that ended stays **frozen** until ``reset(options={"reset_mask": m})``
-names it, as a vecsample env block leaves a single env (docs/semantics.md): a step does not
-step its physics, and returns its last observation, reward 0, its ``terminated`` /
-``truncated`` as they were, and no infos for it (``freezes_ended_envs``, which a hosted block
-reads). gymnasium's ``SyncVectorEnv`` asserts there instead; every env that is stepped gives
-what gymnasium's gives.
+Under Disabled an env that ended stays **frozen** until ``reset(options={"reset_mask": m})`` names
+it, as a vecsample env block leaves a single env (docs/semantics.md): a step does not step its
+physics, and returns its last observation, reward 0, its ``terminated`` / ``truncated`` as they
+were, and no infos for it (``metadata["freezes_ended_envs"]``, which a hosted block reads).
+gymnasium's ``SyncVectorEnv`` asserts there instead; every env that is stepped gives what
+gymnasium's gives.
 """
 
 from __future__ import annotations
@@ -77,10 +77,6 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
     RESET_STAGE: ClassVar[str] = "forward"
     #: The observations' dtype (gymnasium's v5 envs: float64).
     OBS_DTYPE: ClassVar[type[np.floating[Any]]] = np.float64
-    supports_reset_mask = True  # reset(options={"reset_mask": m}) resets only those rows
-    #: Disabled: ended envs stay frozen (not stepped, obs and flags kept, reward 0, no infos);
-    #: a hosted block steps such an env with ended rows (vecsample/hosted.py).
-    freezes_ended_envs = True
 
     def __init__(self, num_envs: int = 1, *, max_episode_steps: int | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
@@ -97,7 +93,13 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
                                reset_stage=self.RESET_STAGE)
         self.dt = self.physics.dt
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": [],
-                         "render_fps": int(np.round(1.0 / self.dt))}
+                         "render_fps": int(np.round(1.0 / self.dt)),
+                         # reset(options={"reset_mask": m}) resets only those rows
+                         "supports_reset_mask": True,
+                         # Disabled: ended envs stay frozen (not stepped, obs and flags kept,
+                         # reward 0, no infos); a hosted block steps such an env with ended
+                         # rows (vecsample/hosted.py)
+                         "freezes_ended_envs": True}
         self._define_spaces()
         self._generators: list[np.random.Generator | None] = [None] * num_envs
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
