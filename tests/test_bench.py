@@ -57,7 +57,7 @@ def test_tiny_run_writes_json_of_the_right_shape(tmp_path, capsys, without_optio
     assert list(rows) == bench.DEFAULT_BACKENDS == [
         n for n in bench_backends.BACKENDS
         if n not in ("vecsample_partial_record", "vector_one", "hosted", "hosted_defaults",
-                      "hosted_share")]
+                      "hosted_no_infos", "hosted_share")]
     for name in ("bare", "machine", "vecsample", "vecsample_partial", "vector_env", "sync",
                  "async"):
         row = rows[name]
@@ -235,7 +235,7 @@ def test_vectorization_measures_hosted_vector_envs_beside_one_process(tmp_path, 
         assert rows[name]["skipped"] is None and rows[name]["steps_per_s"] > 0, name
     assert rows["hosted"]["layout"] == "2 × 2" and rows["vector_one"]["layout"] == "1 × 4"
     assert "envpool is not installed" in rows["envpool"]["skipped"]
-    for name in ("hosted_defaults", "hosted_share"):  # CartPole's entry point: NextStep only
+    for name in ("hosted_defaults", "hosted_no_infos", "hosted_share"):  # NextStep only
         assert "SameStep" in rows[name]["skipped"], rows[name]
     assert "CartPole-v1, 4 envs: hosted " in capsys.readouterr().out
 
@@ -260,7 +260,7 @@ def test_vectorization_hosts_the_batch_native_mujoco_env(tmp_path, capsys, env_i
     rows = {r["backend"]: r for r in json.loads(out.read_text())["results"]}
     assert list(rows) == list(bench_backends.HOSTED_BACKENDS)
     for name in ("bare", "machine", "vecsample", "vector_one", "hosted", "hosted_defaults",
-                 "hosted_share"):
+                 "hosted_no_infos", "hosted_share"):
         assert rows[name]["skipped"] is None and rows[name]["steps_per_s"] > 0, name
     assert rows["vector_one"]["layout"] == "1 × 4, 2 threads"
     assert rows["hosted"]["layout"] == rows["hosted_defaults"]["layout"] == "2 × 2"

@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample._wire.infos import InfoRecord
+from vecsample._wire.infos import InfoRecord, Signature
 from vecsample._wire.protocol import Command, ErrorReport
 from vecsample._wire.shm import SharedBuffers
 from vecsample._wire.spaces import ActionWriter
@@ -41,6 +41,11 @@ WARM_UP_STEPS = 3
 TIMED_STEPS = 30
 
 
+#: A step of a block stepped here: the envs' info records left over (None: none), the info keys
+#: proposed for columns, and the bitmasks of the step and reset info columns written.
+Stepped = tuple[list[InfoRecord] | None, dict[str, Signature], int, int]
+
+
 class LocalBlock:
     """A block of envs that this process serves itself: the worker's ``BlockRunner``, called
     directly. ``build``, ``step`` and ``run`` raise what the env raised (``report`` names it).
@@ -52,17 +57,31 @@ class LocalBlock:
         self.runner = BlockRunner(spec)
         self._lock = threading.RLock()
         self.closed = False
+        #: A hosted batch env hands its infos over as columns: they go through the sampler's
+        #: info columns in shared memory, as a worker process's do, so that no per-env dict is
+        #: built unless they are read. An env block's are the envs' own dicts, handed over.
+        self._columns = spec.hosted is not None
 
     def build(self) -> None:
         with self._lock:
             self.runner.build()
 
-    def step(self) -> list[InfoRecord] | None:
-        """One step of the block, its actions read from its rows; its info records."""
+    def step(self, published: int) -> Stepped:
+        """One step of the block, its actions read from its rows. Its infos: the records of
+        the envs (their own dicts) and, for a hosted batch env, the info columns it wrote in
+        shared memory (``published`` of them exist) with the keys proposed for new ones."""
         with self._lock:
             if self.closed:
                 raise EnvFactoryError("this block of envs was closed (its sampler is closing)")
-            return self.runner.step()
+            if not self._columns:
+                return self.runner.step(), {}, 0, 0
+            writer = self.runner.infos
+            writer.sync(published)
+            records = self.runner.step()
+            if not records and not any(writer.put_bits):
+                return None, {}, 0, 0
+            left, candidates, step_bits, reset_bits = writer.write(records or [])
+            return left or None, candidates, step_bits, reset_bits
 
     def run(self, command: Command, payload: Any) -> Any:
         with self._lock:
@@ -130,7 +149,7 @@ class WorkerLoop:
     def step(self) -> None:
         """One step of the block, exactly as a worker runs it, with the actions written in
         ``action_leaves``."""
-        self._block.step()
+        self._block.step(0)
         if self._reset_ended and self._ended.any():
             self._block.run(Command.RESET, ([None] * len(self._ended), None,
                                             self._ended.copy()))
@@ -166,4 +185,4 @@ def time_block(envs: Sequence[EnvFn] | HostedVector, autoreset_mode: AutoresetMo
         loop.close()
 
 
-__all__ = ["LocalBlock", "WorkerLoop", "time_block"]
+__all__ = ["LocalBlock", "Stepped", "WorkerLoop", "time_block"]

@@ -35,28 +35,34 @@ from vecsample._parent.channel import Channel, Collected
 from vecsample._parent.deadline import Deadline
 from vecsample._parent.layout import Layout
 from vecsample._parent.stats import Meter
-from vecsample._parent.stepping import StepChannel, closed_while_waiting
+from vecsample._parent.stepping import StepChannel, add_infos, closed_while_waiting
 from vecsample._wire.handshake import REPLY_MESSAGE, REPLY_PLAIN, HandshakeState
-from vecsample._wire.infos import InfoRecord
+from vecsample._wire.infos import Schema
 from vecsample._wire.protocol import ErrorReport, WorkerState
 from vecsample._wire.shm import SharedBuffers
+from vecsample.inprocess import Stepped
 from vecsample.results import StepResult
 
 if TYPE_CHECKING:  # passed in by the sampler, which builds it: no import at run time
     from vecsample._parent.pool import WorkerPool
 
-#: What a block's step left to read: its info records (None: no infos), or the report of the
-#: exception it raised.
-Outcome = list[InfoRecord] | None | ErrorReport
+#: What a block's step left to read: its infos (``inprocess.Stepped``: the records left over,
+#: the keys proposed for columns, the columns written), or the report of the exception it
+#: raised.
+Outcome = Stepped | ErrorReport
 
 
 class LocalSteps:
     """Runs the posted steps of the blocks served here (``pool.local``) and keeps their
     outcomes until read."""
 
-    def __init__(self, pool: WorkerPool, slots: Sequence[int], timers: dict[str, float],
+    def __init__(self, pool: WorkerPool, slots: Sequence[int], schema: Schema,
+                 timers: dict[str, float],
                  ended: Callable[[int, Outcome], None] | None = None) -> None:
         self._pool = pool
+        #: The sampler's info columns (the channel's): a hosted batch env's block writes its
+        #: infos there, and proposes the keys that have none yet.
+        self._schema = schema
         self._timers = timers
         #: Called as each step ends, however it ends (``SharingChannel`` completes the slot's
         #: control row there, before an interrupt out of the step can leave it incomplete).
@@ -113,7 +119,7 @@ class LocalSteps:
         block = self._pool.local[w]
         try:
             self.posted.discard(w)
-            self.finished[w] = block.step()
+            self.finished[w] = block.step(len(self._schema.columns))
         except Exception:
             self.finished[w] = block.report("STEP")
             self.failed = True
@@ -136,10 +142,19 @@ class LocalSteps:
         if isinstance(outcome, ErrorReport):
             return self._pool.failed(w, outcome)
         result = channel.result_of(w, copy)
-        if outcome:
-            add_records(result, outcome, channel.blocks[w].start)
+        self.add_infos(result, channel.blocks[w], outcome)
         channel.stash(w, result)
         return result
+
+    def add_infos(self, result: StepResult, block: range, stepped: Stepped) -> None:
+        """A block's step's infos into ``result`` (whose rows ``block`` are the block's): the
+        columns it wrote and its records left over; the keys it proposed get columns for its
+        next steps."""
+        left, candidates, step_bits, reset_bits = stepped
+        if candidates:
+            self._schema.propose(candidates)
+        if left or step_bits or reset_bits:
+            add_infos(self._schema, result, block, left, (step_bits, reset_bits))
 
     def snapshot(self) -> HandshakeState:
         """Steps posted and finished by slot (the slots served here; zeros for the others)."""
@@ -157,14 +172,6 @@ _INTERRUPTED = ErrorReport(env=None, command="STEP", exc_type="KeyboardInterrupt
                            "process, was interrupted before it ended", traceback="")
 
 
-def add_records(result: StepResult, records: list[InfoRecord], lo: int) -> None:
-    """A block's info records (its env indices, the block's rows starting at env ``lo``) into
-    ``result``'s infos, by global env id: the envs' own dicts, as ``SyncVectorEnv`` hands them
-    over (a worker process's arrive as copies)."""
-    result.infos.add(None, {lo + j: info for j, info, _ in records if info})
-    result.reset_infos.add(None, {lo + j: reset for j, _, reset in records if reset})
-
-
 class LocalChannel(Channel):
     """The channel of a sampler that steps every block in its own process
     (``env_placement="parent"``): a post marks a slot's step, and the wait runs it; a whole
@@ -173,7 +180,7 @@ class LocalChannel(Channel):
     def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
                  meter: Meter | None = None) -> None:
         super().__init__(layout, buffers, pool, meter)
-        self._here = LocalSteps(pool, range(layout.num_slots), self._timers)
+        self._here = LocalSteps(pool, range(layout.num_slots), self._schema, self._timers)
         self._all = range(layout.num_slots)
 
     def _start(self, w: int) -> None:
@@ -234,9 +241,8 @@ class LocalChannel(Channel):
         signals.enter()
         try:
             result = self.result_of(None, copy)
-            for w, records in here.finished.items():
-                if records:
-                    add_records(result, records, self.blocks[w].start)  # type: ignore[arg-type]
+            for w, stepped in here.finished.items():
+                here.add_infos(result, self.blocks[w], stepped)  # type: ignore[arg-type]
             here.finished.clear()
             self._states.transition_all(WorkerState.IDLE)
             timers = self._timers
@@ -260,7 +266,8 @@ class SharingChannel(StepChannel):
     def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
                  meter: Meter | None = None) -> None:
         super().__init__(layout, buffers, pool, meter)
-        self._here = LocalSteps(pool, layout.parent_slots, self._timers, self._complete)
+        self._here = LocalSteps(pool, layout.parent_slots, self._schema, self._timers,
+                                self._complete)
 
     def _start(self, w: int) -> None:
         super()._start(w)
@@ -298,9 +305,15 @@ class SharingChannel(StepChannel):
 
     def _complete(self, w: int, outcome: Outcome) -> None:
         """Slot ``w``'s step here ended: its control row as a worker's reply leaves it, a plain
-        one where the step had no infos and did not raise, so that a full batch reads it with
-        the others (anything else is read from here by ``_read_step``)."""
-        self._hs.finish_here(w, REPLY_PLAIN if outcome is None else REPLY_MESSAGE)
+        one (with the info columns it wrote) where it left no records and did not raise, so
+        that a full batch reads it with the others (anything else is read from here by
+        ``_read_step``)."""
+        if isinstance(outcome, ErrorReport):
+            self._hs.finish_here(w, REPLY_MESSAGE, 0, 0)
+            return
+        left, candidates, step_bits, reset_bits = outcome
+        plain = not left and not candidates
+        self._hs.finish_here(w, REPLY_PLAIN if plain else REPLY_MESSAGE, step_bits, reset_bits)
 
     def _read_step(self, w: int, copy: bool) -> StepResult | errors.WorkerError:
         if w not in self._here.slots:
@@ -309,4 +322,4 @@ class SharingChannel(StepChannel):
         return self._here.read(self, w, copy)
 
 
-__all__ = ["LocalChannel", "LocalSteps", "Outcome", "SharingChannel", "add_records"]
+__all__ = ["LocalChannel", "LocalSteps", "Outcome", "SharingChannel"]

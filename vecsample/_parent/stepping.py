@@ -286,14 +286,14 @@ class StepChannel(Channel):
                 if candidates and self._schema.propose(candidates):
                     self._hs.publish(len(self._schema.columns))
             result = self.result_of(w, copy)
-            _add_infos(self._schema, result, self.blocks[w], records, bits)
+            add_infos(self._schema, result, self.blocks[w], records, bits)
             self.stash(w, result)
         finally:
             signals.leave()
         return result
 
 
-def _add_infos(schema: Schema, result: StepResult, block: range,
+def add_infos(schema: Schema, result: StepResult, block: range,
                records: list[InfoRecord] | None, bits: tuple[int, int]) -> None:
     """The step's infos (a worker's, whose envs are ``block``): copies of the columns it
     wrote, plus the pickled rest."""
@@ -324,4 +324,4 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return a if b is None else min(a, b)
 
 
-__all__ = ["StepChannel", "closed_while_waiting"]
+__all__ = ["StepChannel", "add_infos", "closed_while_waiting"]

@@ -548,14 +548,14 @@ class ParentSide:
         reply: int = self.words[w * CONTROL_WORDS + REPLY]
         return reply
 
-    def finish_here(self, w: int, reply: int) -> None:
+    def finish_here(self, w: int, reply: int, step_bits: int, reset_bits: int) -> None:
         """The end of slot ``w``'s step, for a slot this process stepped itself
-        (``SharingChannel``): its control row as a worker's ``finish`` leaves it (no info
-        columns written), so that the waits and the full batch treat it as any slot's. The
-        same thread reads it next: no fence."""
+        (``SharingChannel``): its control row as a worker's ``finish`` leaves it (with the
+        info columns it wrote), so that the waits and the full batch treat it as any slot's.
+        The same thread reads it next: no fence."""
         base = w * CONTROL_WORDS
         words = self.words
-        words[base + INFO_STEP] = words[base + INFO_RESET] = 0
+        words[base + INFO_STEP], words[base + INFO_RESET] = step_bits, reset_bits
         words[base + REPLY] = reply
         words[base + DONE] = words[base + SEQ]
 

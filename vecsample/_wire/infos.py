@@ -12,17 +12,18 @@ names it as a candidate; the parent gives it a column (``Schema.propose``), appe
 to a log in shared memory and bumps a counter there; each worker reads the new columns from the
 log before its next step (``InfoWriter.sync``). The log only grows, so nothing a worker reads
 is ever rewritten. After a step, the worker says in two words of its control row which columns
-it wrote (bitmasks); the parent copies just those (``read_block``) into the result's
-``InfoMap``, which builds per-env dicts only when they are read. ``VectorEnv`` builds
+it wrote (bitmasks); the parent copies the rows' bytes those use, in one copy (``read_block``,
+``read_batch``), into the result's ``InfoMap``, which reads the columns out of the copy and
+builds per-env dicts only when they are read. ``VectorEnv`` builds
 gymnasium's vector infos from the copied columns directly (``vecsample.adapters.vector_infos``).
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -134,12 +135,16 @@ class Schema:
         self._next = MASK_BYTES  # where the next column's values go in a row
         self._log = tables.log_view()
         self._log_end = 0
-        rows = [tables.rows(STEP), tables.rows(RESET)]
-        #: Per table: every env's presence bytes, and each column's values, as views made once
-        #: (``read_block`` slices them on every step that wrote infos).
-        self.present = [r[:, :MASK_BYTES].view(np.bool_) for r in rows]
-        self.values: list[list[np.ndarray]] = [[], []]
-        self._rows = rows
+        self._rows = [tables.rows(STEP), tables.rows(RESET)]  # per table: (num_envs, ROW_BYTES)
+
+    def copy(self, table: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """A copy of rows [lo, hi) of ``table``, of the bytes the columns use (presence bytes,
+        then the values of every column given out so far)."""
+        return self._rows[table][lo:hi, :self._next].copy()
+
+    def copy_rows(self, table: int, rows: np.ndarray) -> np.ndarray:
+        """``copy`` of the rows ``rows`` of ``table``, gathered in that order."""
+        return self._rows[table][rows, :self._next]
 
     def propose(self, candidates: dict[str, Signature]) -> bool:
         """Gives a column to each candidate that fits; whether any was added."""
@@ -160,8 +165,6 @@ class Schema:
             self._log_end += 4 + len(entry)
             self._next = offset + column.nbytes
             self.columns.append(column)
-            for t in (STEP, RESET):
-                self.values[t].append(column.values(self._rows[t]))
             added = True
         return added
 
@@ -190,9 +193,13 @@ class InfoWriter:
         self.by_key: dict[str, tuple[Column, Callable[[Any], bool]]] = {}
         self.views: list[list[np.ndarray]] = [[], []]
         self._pos = 0
+        #: Per table, the bitmask of the columns ``put`` wrote in this step.
+        self.put_bits = [0, 0]
 
     def sync(self, published: int) -> None:
-        """Reads the columns the parent added since the last step (``published`` in all)."""
+        """Starts a step: reads the columns the parent added since the last one (``published``
+        in all)."""
+        self.put_bits = [0, 0]
         if published == len(self.columns):
             return
         new, self._pos = read_log(self.tables, len(self.columns), published, self._pos)
@@ -202,10 +209,31 @@ class InfoWriter:
             for t in (STEP, RESET):
                 self.views[t].append(column.values(self.rows[t]))
 
+    def put(self, table: int, columns: Mapping[str, Any], rows: np.ndarray) -> dict[str, Any]:
+        """Writes a batch's columns (``key -> (count, ...) array``, present in the rows of the
+        mask ``rows``) into ``table``: one copy per key into its shared column, and no per-env
+        work. Returns the columns that have no shared column of their
+        type (yet: its first steps), for the caller to send env by env as records; ``write``
+        then names them as candidates and reports the columns written here with its own."""
+        left: dict[str, Any] = {}
+        if not rows.any():
+            return left
+        for key, values in columns.items():
+            found = self.by_key.get(key)
+            if found is None or not _fits(found[0], values, self.count):
+                left[key] = values
+                continue
+            index = found[0].index
+            # Every row: the values of an absent env are never read (its presence is False).
+            np.copyto(self.views[table][index], values)
+            self.masks[table][:, index] = rows
+            self.put_bits[table] |= 1 << index
+        return left
+
     def write(self, records: list[InfoRecord],
               ) -> tuple[list[InfoRecord], dict[str, Signature], int, int]:
         """Writes what fits into the columns; returns (leftover records, candidate keys, and
-        the bitmasks of the step and reset columns written)."""
+        the bitmasks of the step and reset columns written, ``put``'s of this step included)."""
         gathered: list[dict[int, tuple[list[Any], list[bool]]]] = [{}, {}]
         candidates: dict[str, Signature] = {}
         leftovers: list[InfoRecord] = []
@@ -215,8 +243,8 @@ class InfoWriter:
                           if reset_info else None)
             if left or left_reset:
                 leftovers.append((j, left or {}, left_reset))
-        return (leftovers, candidates, self._flush(STEP, gathered[STEP]),
-                self._flush(RESET, gathered[RESET]))
+        return (leftovers, candidates, self._flush(STEP, gathered[STEP]) | self.put_bits[STEP],
+                self._flush(RESET, gathered[RESET]) | self.put_bits[RESET])
 
     def _gather(self, out: dict[int, tuple[list[Any], list[bool]]], j: int,
                 info: dict[str, Any], candidates: dict[str, Signature]) -> dict[str, Any] | None:
@@ -252,65 +280,103 @@ class InfoWriter:
         return bits
 
 
-#: Columns of one step: the env id of the first row (rows follow in order) or of every row (a
-#: partial batch's gathered rows), and (column, values copy, presence copy) per column written.
-Block = tuple["int | np.ndarray", list[tuple[Column, np.ndarray, np.ndarray]]]
+def _fits(column: Column, values: Any, count: int) -> bool:
+    """Whether ``values``, a batch's column, holds exactly what ``column`` holds per env: each
+    env's value (``values[j]``) of the column's type, dtype and shape."""
+    if type(values) is not np.ndarray or values.dtype.str != column.dtype or (
+            values.shape != (count, *column.shape)):
+        return False
+    if column.kind is np.ndarray:
+        return values.ndim > 1
+    return values.ndim == 1 and column.kind is values.dtype.type
+
+
+#: A column of one step: (column, every row's values, every row's presence).
+Read = tuple[Column, np.ndarray, np.ndarray]
+
+
+class Columns(Sequence[Read]):
+    """The columns one step wrote in some rows of a table, from a copy of those rows taken
+    when the step was received (the workers may rewrite theirs as soon as they are sent again,
+    and the result must not change then). The copy is one ``numpy`` call over the bytes the
+    columns use; each column's values and presence are views of it, made when first read, so a
+    step whose infos are never read costs that one copy. ``stale``: per column index, the rows
+    of the workers that did not write that column this step, shown as absent (zeros)."""
+
+    def __init__(self, schema: Schema, raw: np.ndarray, bits: int,
+                 stale: Callable[[int], np.ndarray | None] | None = None) -> None:
+        self._columns, self._raw, self._bits, self._stale = schema.columns, raw, bits, stale
+        self._read: list[Read] | None = None
+
+    def _reads(self) -> list[Read]:
+        if self._read is None:
+            present = self._raw[:, :MASK_BYTES].view(np.bool_)
+            out, bits = [], self._bits
+            while bits:
+                low = bits & -bits
+                column = self._columns[low.bit_length() - 1]
+                values, shown = column.values(self._raw), present[:, column.index]
+                stale = None if self._stale is None else self._stale(low)
+                if stale is not None:  # as a worker writes the rows of envs without the key
+                    values, shown = values.copy(), shown & ~stale
+                    values[stale] = 0
+                out.append((column, values, shown))
+                bits ^= low
+            self._read = out
+        return self._read
+
+    def __len__(self) -> int:
+        return self._bits.bit_count()
+
+    @overload
+    def __getitem__(self, i: int) -> Read: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Read]: ...
+    def __getitem__(self, i: int | slice) -> Read | Sequence[Read]:
+        return self._reads()[i]
+
+    def __iter__(self) -> Iterator[Read]:
+        return iter(self._reads())
+
+
+#: One worker's columns of one step (or every worker's, from ``read_batch``): the env id of its
+#: first row (rows follow in order), or of every row (a partial batch's gathered rows,
+#: ``read_rows``), and the columns.
+Block = tuple["int | np.ndarray", Sequence[Read]]
 
 
 def read_block(schema: Schema, table: int, lo: int, hi: int, bits: int) -> Block:
-    """Copies the columns named by ``bits`` for rows [lo, hi): the worker may overwrite its
-    rows as soon as it is sent again, the result must not change then."""
-    values, present = schema.values[table], schema.present[table]
-    out = []
-    while bits:
-        low = bits & -bits
-        index = low.bit_length() - 1
-        out.append((schema.columns[index], values[index][lo:hi].copy(),
-                    present[lo:hi, index].copy()))
-        bits ^= low
-    return lo, out
+    """The columns named by ``bits`` for rows [lo, hi), from one copy of those rows."""
+    return lo, Columns(schema, schema.copy(table, lo, hi), bits)
 
 
 def read_batch(schema: Schema, table: int, bits: np.ndarray, sizes: np.ndarray) -> Block:
-    """``read_block`` for every row at once, after a full batch: each column any worker wrote
-    is copied once for all rows; a worker that did not write it this step (its bit clear in
-    ``bits``, one bitmask per worker, whose blocks have ``sizes`` rows) shows none of it."""
-    values, present = schema.values[table], schema.present[table]
+    """``read_block`` for every row at once, after a full batch: one copy of every row; a
+    worker that did not write a column this step (its bit clear in ``bits``, one bitmask per
+    worker, whose blocks have ``sizes`` rows) shows none of it."""
     union = int(np.bitwise_or.reduce(bits))
-    out = []
-    while union:
-        low = union & -union
-        index = low.bit_length() - 1
-        shown, column = present[:, index].copy(), values[index].copy()
-        wrote = (bits & low).astype(bool)
-        if not wrote.all():  # the stale rows of the workers that did not write it this step
-            stale = ~np.repeat(wrote, sizes)
-            shown[stale] = False
-            column[stale] = 0  # as a worker writes the rows of its envs without the key
-        out.append((schema.columns[index], column, shown))
-        union ^= low
-    return 0, out
+    mine = bits.copy()  # the caller's words are the next step's
+
+    def stale(low: int) -> np.ndarray | None:
+        wrote = (mine & low).astype(bool)
+        return None if wrote.all() else ~np.repeat(wrote, sizes)
+
+    return 0, Columns(schema, schema.copy(table), union, stale)
 
 
 def read_rows(schema: Schema, table: int, bits: np.ndarray, rows: np.ndarray,
               sizes: np.ndarray) -> Block:
     """``read_batch`` for some workers' blocks, gathered: ``rows`` are the env ids of their
-    blocks one after another (``sizes`` rows each, one bitmask each in ``bits``)."""
-    values, present = schema.values[table], schema.present[table]
+    blocks one after another (``sizes`` rows each, one bitmask each in ``bits``); one gathered
+    copy of those rows."""
     union = int(np.bitwise_or.reduce(bits))
-    out = []
-    while union:
-        low = union & -union
-        index = low.bit_length() - 1
-        shown, column = present[rows, index], values[index][rows]  # gathered: copies
-        wrote = (bits & low).astype(bool)
-        if not wrote.all():  # the stale rows of the workers that did not write it this step
-            stale = ~np.repeat(wrote, sizes)
-            shown[stale] = False
-            column[stale] = 0
-        out.append((schema.columns[index], column, shown))
-        union ^= low
-    return rows, out
+    mine = bits.copy()  # the caller's words are the next step's
+
+    def stale(low: int) -> np.ndarray | None:
+        wrote = (mine & low).astype(bool)
+        return None if wrote.all() else ~np.repeat(wrote, sizes)
+
+    return rows, Columns(schema, schema.copy_rows(table, rows), union, stale)
 
 
 class InfoMap(MutableMapping[int, dict[str, Any]]):

@@ -22,12 +22,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecsample._wire.infos import InfoRecord
+from vecsample._wire.infos import RESET, STEP, InfoRecord, InfoWriter
 from vecsample._wire.protocol import Command, ResetReply
 from vecsample._wire.shm import Views
 from vecsample._wire.spaces import unflatten
 from vecsample._wire.spec import WorkerSpec
 from vecsample._worker.rows import FINAL_OBS, check_dtype, obs_writer
+from vecsample.adapters.vector_infos import LazyInfos
 from vecsample.errors import EnvOutputError, HostedEnvError
 from vecsample.hosted import (
     HostedVector,
@@ -48,8 +49,10 @@ class HostedBlock:
 
     env: gym.vector.VectorEnv  # set by build()
 
-    def __init__(self, spec: WorkerSpec, hosted: HostedVector, views: Views) -> None:
+    def __init__(self, spec: WorkerSpec, hosted: HostedVector, views: Views,
+                 writer: InfoWriter) -> None:
         self.hosted, self.spec, self.views = hosted, spec, views
+        self.writer = writer  # the worker's info columns: a batch env's columns go straight in
         self.count, self.infos, self.mode = spec.count, spec.infos, spec.autoreset_mode
         self.write_final = obs_writer(spec.buffers, views.final_obs_leaves, FINAL_OBS)
         # Batched, in shared memory: the env reads this step's actions where the parent wrote them.
@@ -82,7 +85,7 @@ class HostedBlock:
         v = self.views
         self._put_obs(obs)
         _put_scalars(v, scalars)
-        if self.infos:
+        if self.infos and not self._put_columns(infos, records):
             split = _split(infos, self.count)
             records += [(j, {}, split.pop(j, {})) for j in np.flatnonzero(self.ended).tolist()]
             records += [(j, info, None) for j, info in sorted(split.items()) if info]
@@ -102,7 +105,7 @@ class HostedBlock:
                        np.where(live, truncated, v.truncated))
         _put_scalars(v, scalars)
         np.logical_or(v.terminated, v.truncated, out=self.ended)
-        if self.infos:
+        if self.infos and not self._put_columns(infos, records):
             records += [(j, info, None) for j, info in sorted(_split(infos, self.count).items())
                         if info and not frozen[j]]
 
@@ -115,31 +118,56 @@ class HostedBlock:
         _put_scalars(v, scalars)
         np.logical_or(v.terminated, v.truncated, out=v.has_final_obs)
         ended = np.flatnonzero(v.has_final_obs)
-        final_obs = infos.get("final_obs")
-        for e in ended.tolist():
-            if final_obs is None or not infos.get("_final_obs", v.has_final_obs)[e]:
-                raise EnvOutputError(
-                    f"env {e} of the hosted vector env ended but infos['final_obs'] has no "
-                    f"entry for it; a SameStep vector env must return each ended env's last "
-                    f"observation there (gymnasium's convention).")
-            self.write_final(e, final_obs[e])
-        if self.infos:
+        columns = infos.columns if isinstance(infos, LazyInfos) else None
+        if columns is not None:  # a batch env's final observations: one copy of their rows
+            if ended.size:
+                if columns.ended is None or not columns.ended[ended].all():
+                    raise _no_final_obs(int(ended[0]))
+                self._put_obs(columns.final_obs, v.has_final_obs, final=True)
+        else:
+            self._write_finals(infos, ended)
+        if self.infos and not self._put_columns(infos, records):
             finals = _split(infos.get("final_info", {}), self.count)
             rest = _split({k: x for k, x in infos.items() if k not in _FINAL_KEYS}, self.count)
             records += [(j, finals.get(j, {}), rest.pop(j, {})) for j in ended.tolist()]
             records += [(j, info, None) for j, info in sorted(rest.items()) if info]
 
-    def _put_obs(self, obs: Any, rows: np.ndarray | None = None) -> None:
-        """One copy per observation leaf (of the rows of the mask ``rows`` only, if given); the
-        batch must have each leaf's exact shape, and a dtype the leaf takes by numpy's
-        same_kind rule (``rows.check_dtype``: one set lookup per leaf and batch)."""
-        views = self.views.obs_leaves
+    def _write_finals(self, infos: dict[str, Any], ended: np.ndarray) -> None:
+        """Each ended env's last observation, from ``infos["final_obs"]``."""
+        final_obs = infos.get("final_obs")
+        for e in ended.tolist():
+            if final_obs is None or not infos.get("_final_obs", self.views.has_final_obs)[e]:
+                raise _no_final_obs(e)
+            self.write_final(e, final_obs[e])
+
+    def _put_columns(self, infos: dict[str, Any], records: list[InfoRecord]) -> bool:
+        """A batch env's info columns (``LazyInfos.columns``: a step's infos as arrays),
+        written straight into the shared columns, one copy per key, with no per-env dict; a
+        key with no shared column of its type yet (the first steps) goes env by env, as any
+        env's infos. False where the env returned no columns (or its infos were read or
+        changed on the way, by a wrapper): nothing was written, the caller splits them."""
+        columns = infos.columns if isinstance(infos, LazyInfos) else None
+        if columns is None:
+            return False
+        step = self.writer.put(STEP, columns.step, columns.step_rows)
+        reset = self.writer.put(RESET, columns.reset, columns.reset_rows)
+        if step or reset:
+            records += _by_env(step, columns.step_rows, reset, columns.reset_rows)
+        return True
+
+    def _put_obs(self, obs: Any, rows: np.ndarray | None = None, final: bool = False) -> None:
+        """One copy per observation leaf (of the rows of the mask ``rows`` only, if given), to
+        the final observations' leaves with ``final``; the batch must have each leaf's exact
+        shape, and a dtype the leaf takes by numpy's same_kind rule (``rows.check_dtype``: one
+        set lookup per leaf and batch)."""
+        views = self.views.final_obs_leaves if final else self.views.obs_leaves
+        field = FINAL_OBS if final else "the hosted vector env's observation"
         parts = [obs] if len(views) == 1 and not isinstance(obs, (dict, tuple)) else (
             _leaves_of(self.views.obs, obs))
         for view, part, (leaf, fits) in zip(views, parts, self.obs_leaves, strict=True):
             arr = np.asarray(part)
             if leaf.shared and arr.dtype not in fits and arr.shape == view.shape:
-                check_dtype(leaf, "the hosted vector env's observation", part, arr, fits)
+                check_dtype(leaf, field, part, arr, fits)
             _copy_exact(view, arr, "observations",
                         " (the block's envs times the leaf's shape); nothing is broadcast.", rows)
 
@@ -258,6 +286,34 @@ def _split(infos: dict[str, Any], count: int) -> dict[int, dict[str, Any]]:
         for j in rows:
             out.setdefault(j, {})[key] = value[j] if per_env else value
     return out
+
+
+def _by_env(step: Mapping[str, Any], step_rows: np.ndarray, reset: Mapping[str, Any],
+            reset_rows: np.ndarray) -> list[InfoRecord]:
+    """The records of columns (``key -> (count, ...) array``, or a nested dict of them) present
+    in ``step_rows`` (step infos) and ``reset_rows`` (infos of resets made in the step)."""
+    out: list[InfoRecord] = []
+    for j in np.flatnonzero(step_rows | reset_rows).tolist():
+        info = {key: _row(column, j) for key, column in step.items()} if step_rows[j] else {}
+        reset_info = ({key: _row(column, j) for key, column in reset.items()}
+                      if reset_rows[j] else None)
+        if info or reset_info:
+            out.append((j, info, reset_info))
+    return out
+
+
+def _row(column: Any, j: int) -> Any:
+    """Env ``j``'s value of a column (a nested dict of columns gives a dict)."""
+    if isinstance(column, np.ndarray):
+        return column[j]
+    return {key: _row(sub, j) for key, sub in column.items()}
+
+
+def _no_final_obs(env: int) -> EnvOutputError:
+    return EnvOutputError(
+        f"env {env} of the hosted vector env ended but infos['final_obs'] has no entry for "
+        f"it; a SameStep vector env must return each ended env's last observation there "
+        f"(gymnasium's convention).")
 
 
 def _check_spaces(env: gym.vector.VectorEnv, obs: Space, act: Space) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from vecsample._wire import handshake
 from vecsample._wire.handshake import DOORBELL, REPLY_MESSAGE, REPLY_PLAIN, WorkerSide
-from vecsample._wire.infos import InfoRecord, InfoWriter, Signature
+from vecsample._wire.infos import InfoRecord, Signature
 from vecsample._wire.protocol import OK_MESSAGE, Command, ErrorReport, Reply
 from vecsample._wire.shm import Lane
 from vecsample._wire.spec import WorkerSpec
@@ -163,8 +163,8 @@ class _Worker:
         self.runner = BlockRunner(spec)
         self.count = spec.count
         self.side = self._side()
-        lo = spec.env_offset
-        self.infos = InfoWriter(spec.buffers.infos, lo, lo + self.count)
+        #: The block's info columns (the runner's: a hosted batch env puts its columns there).
+        self.infos = self.runner.infos
         buffers = spec.buffers  # pickled leaves travel on the pipe (shm.SharedBuffers.lane)
         self.obs_lane = any(not leaf.shared for leaf in buffers.obs_leaves)
         self.action_lane = any(not leaf.shared for leaf in buffers.action_leaves)
@@ -197,8 +197,8 @@ class _Worker:
             self.infos.sync(self.side.published())
             records = self.runner.step()
             candidates: dict[str, Signature] = {}
-            if records:
-                records, candidates, *written = self._write_infos(records)
+            if records or any(self.infos.put_bits):  # put_bits: a batch env's columns, put
+                records, candidates, *written = self._write_infos(records or [])
                 bits = (written[0], written[1])
             lane = (rows.lane(self.spec.buffers, self.spec.env_offset, self.count)
                     if self.obs_lane else None)

@@ -21,7 +21,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
-from vecsample._wire.infos import InfoRecord
+from vecsample._wire.infos import InfoRecord, InfoWriter
 from vecsample._wire.protocol import Command, ErrorReport
 from vecsample._wire.shm import Views
 from vecsample._wire.spec import WorkerSpec
@@ -46,9 +46,12 @@ class BlockRunner:
         self.views: Views = spec.buffers.views(lo, lo + self.count)
         self.stats = spec.buffers.stats()[spec.index]
         self.cursor = Cursor()  # the env that is running, named by an error
+        #: The slot's info columns in shared memory: a worker process writes the infos that
+        #: fit them there; a hosted batch env puts its columns straight in (one copy per key).
+        self.infos = InfoWriter(spec.buffers.infos, lo, lo + self.count)
         # What the slot steps, chosen once: a hosted vector env or its own envs.
         self.block: StepLoop = (EnvBlock(spec, self.views, self.cursor) if spec.hosted is None
-                                else HostedBlock(spec, spec.hosted, self.views))
+                                else HostedBlock(spec, spec.hosted, self.views, self.infos))
         block = self.block
         self.handlers: dict[Command, Callable[[Any], Any]] = {
             Command.RESET: block.reset, Command.RESET_TASK: block.reset_task,

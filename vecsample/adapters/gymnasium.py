@@ -275,11 +275,24 @@ class VectorEnv(gym.vector.VectorEnv):
         self._ended = v.terminated | v.truncated
         return obs, v.rewards.copy(), v.terminated.copy(), v.truncated.copy(), infos
 
-    def _vector_infos(self, v: StepResult) -> dict[str, Any]:
-        """gymnasium's vector infos of the step ``v``, built from its info columns."""
-        return vector_infos.build(
-            v.infos, v.reset_infos, self.mode, v.has_final_obs,
-            lambda i: _unbatch(self.single_observation_space, v.final_obs, i), self._add_info)
+    def _vector_infos(self, v: StepResult) -> vector_infos.LazyInfos:
+        """gymnasium's vector infos of the step ``v``, built from its info columns when first
+        read (their build time goes to ``stats()``'s ``vector_infos``). What they need is kept
+        now: the column copies, and a copy of the final observations (shared memory's are
+        the next step's once it is sent)."""
+        has_final = v.has_final_obs.copy()
+        finals = _kept(v.final_obs) if self.mode is AutoresetMode.SAME_STEP and bool(
+            np.count_nonzero(has_final)) else None
+        space, step, reset, mode = self.single_observation_space, v.infos, v.reset_infos, self.mode
+
+        def build() -> dict[str, Any]:
+            started = time.perf_counter()
+            built = vector_infos.build(step, reset, mode, has_final,
+                                       lambda i: _unbatch(space, finals, i), self._add_info)
+            self._parts.add(time.perf_counter() - started, 0.0)
+            return built
+
+        return vector_infos.LazyInfos(build)
 
     def _observations(self, obs: Any) -> Any:
         if self.copy or not self.shared_memory:
@@ -581,6 +594,16 @@ def _as_tuples(space: Any, tree: Any) -> Any:
     if isinstance(space, spaces.Tuple):
         return tuple(_as_tuples(sub, part) for sub, part in zip(space.spaces, tree, strict=True))
     return tree if isinstance(space, FIXED_SPACES) else tuple(tree)
+
+
+def _kept(tree: Any) -> Any:
+    """``tree`` with copies of its arrays (views of shared memory, rewritten by the next step);
+    pickled leaves, fresh objects of their step, as they are."""
+    if isinstance(tree, dict):
+        return {k: _kept(v) for k, v in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(_kept(v) for v in tree)
+    return tree.copy() if isinstance(tree, np.ndarray) else tree
 
 
 def _unbatch(space: Any, tree: Any, i: int) -> Any:

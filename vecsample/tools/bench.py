@@ -48,7 +48,7 @@ from vecsample.tools.bench_backends import (
 from vecsample.types import AutoresetMode
 
 #: The rows of hosted vector envs only: measured with --vectorization (or named in --backends).
-HOSTED_ONLY = ("vector_one", "hosted", "hosted_defaults", "hosted_share")
+HOSTED_ONLY = ("vector_one", "hosted", "hosted_defaults", "hosted_no_infos", "hosted_share")
 #: The partial-batch row recording a replay log: measured only with --record.
 RECORD_ROW = "vecsample_partial_record"
 DEFAULT_BACKENDS = [name for name in BACKENDS
@@ -388,6 +388,7 @@ SHORT = {"vecsample": "VecSampler full batches", "vecsample_partial": "VecSample
          RECORD_ROW: "VecSampler partial + record", "vector_one": "vector env, 1 process",
          "hosted": "VecSampler hosted vector envs",
          "hosted_defaults": "VecSampler hosted, defaults",
+         "hosted_no_infos": "VecSampler hosted, infos off",
          "hosted_share": "VecSampler hosted, share",
          "vecsample_pipeline": "VecSampler pipelined halves"}
 HEADER = ("backend", "layout", "steps/s", "× bare", "× machine", "CPU µs", "CPU eff")
@@ -535,10 +536,15 @@ def _hosted_conclusion(by: dict[str, Row]) -> str:
                                 ("bare", "the bare loop"))
              if name in by]
     line = "hosted " + ", ".join(parts)
-    for name, what in (("hosted_defaults", "defaults"), ("hosted_share", "share")):
+    for name, what in (("hosted_defaults", "defaults"), ("hosted_no_infos", "infos off"),
+                       ("hosted_share", "share")):
         steps = by[name].steps_per_s if name in by else None
         if steps and "envpool" in by and by["envpool"].steps_per_s:
             line += f"; hosted with {what} {steps / by['envpool'].steps_per_s:.2f}× EnvPool"
+    on, off = (by[name].steps_per_s if name in by else None
+               for name in ("hosted_defaults", "hosted_no_infos"))
+    if on and off:  # issue 41: infos on (the default) against the same run with infos off
+        line += f"; defaults with infos {on / off:.2f}× without"
     return line
 
 

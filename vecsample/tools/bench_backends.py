@@ -421,16 +421,17 @@ def _hosted(cfg: Config) -> Backend:
     return Sampler(cfg, None, sampler=sampler)
 
 
-def _hosted_defaults(cfg: Config, placement: str = "workers") -> Backend:
+def _hosted_defaults(cfg: Config, placement: str = "workers", infos: bool = True) -> Backend:
     """``VecSampler(HostedVector(batch id), num_envs, num_workers)`` as a user writes it (issue
     34's hosted target): every default (SameStep, which the sampler gives the batch env; infos
-    on); ``placement``: ``env_placement`` (``"share"``: the trainer's process steps one block)."""
+    on); ``placement``: ``env_placement`` (``"share"``: the trainer's process steps one block);
+    ``infos=False``: the same with infos off (what infos cost with every other default)."""
     if not cfg.batch_native:
         raise Unavailable(f"{cfg.env_id}'s vector entry point takes no autoreset_mode, so "
                           f"VecSampler's default (SameStep) is refused for it; the 'hosted' row "
                           f"runs it in NextStep")
     sampler = VecSampler(HostedVector(BATCH_IDS[cfg.env_id]), num_envs=cfg.num_envs,
-                         num_workers=cfg.workers, env_placement=placement)
+                         num_workers=cfg.workers, env_placement=placement, infos=infos)
     return Sampler(cfg, None, sampler=sampler)
 
 
@@ -470,13 +471,15 @@ BACKENDS: dict[str, tuple[str, Callable[[Config], Backend]]] = {
     "hosted": ("vecsample VecSampler, one hosted vector env per worker", _no_sleep(_hosted)),
     "hosted_defaults": ("vecsample VecSampler(HostedVector(batch id)), its defaults",
                         _no_sleep(_hosted_defaults)),
+    "hosted_no_infos": ("vecsample VecSampler(HostedVector(batch id)), infos=False",
+                        _no_sleep(lambda c: _hosted_defaults(c, infos=False))),
     "hosted_share": ("vecsample VecSampler(HostedVector(batch id)), env_placement='share'",
                      _no_sleep(lambda c: _hosted_defaults(c, "share"))),
 }
 #: The rows of --vectorization ("Past the bare loop", docs/lab/benchmarks.md): the bare loop, the
 #: machine limit, VecSampler over the single envs, the vector env in one process, hosted, EnvPool.
 HOSTED_BACKENDS = ("bare", "machine", "vecsample", "vector_one", "hosted", "hosted_defaults",
-                   "hosted_share", "envpool")
+                   "hosted_no_infos", "hosted_share", "envpool")
 
 
 # --- latency ---------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from vecsample.adapters.vector_infos import Columns
 from vecsample.envs.mujoco_batch.arrays import Array, Bools, control_cost, row_norm
-from vecsample.envs.mujoco_batch.infos import Columns
 from vecsample.envs.mujoco_batch.physics import Field
 from vecsample.envs.mujoco_batch.vector import BatchMujocoEnv
 

@@ -49,6 +49,15 @@ mujoco = require("mujoco", feature="the batch-native MuJoCo envs (HalfCheetahBat
 #: The state a reset sets: time, qpos, qvel, act, the warm start, the controls and applied
 #: forces, mocap and user data (everything ``mj_step`` and ``mj_forward`` read).
 INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION.value
+#: What a reset computes once the state is set (gymnasium's reset: ``mj_forward``): everything
+#: (``"forward"``), the bodies' positions only (``"kinematics"``: ``xpos`` of every body, bit
+#: for bit ``mj_forward``'s, which computes them with the same ``mj_kinematics``), or nothing
+#: (``"none"``: an env that reads only qpos and qvel). ``mj_step`` reads none of what a reset
+#: computes: it computes it all again from the state (its warm start included, which
+#: ``mj_forward`` does not write), so the steps after a reset are the same to the bit whichever
+#: an env needs (tests/test_mujoco_batch.py steps through resets).
+RESET_STAGES: dict[str, Any] = {"forward": mujoco.mj_forward,
+                                "kinematics": mujoco.mj_kinematics, "none": None}
 
 
 @dataclass(frozen=True)
@@ -89,19 +98,17 @@ class Physics:
 
     def __init__(self, model_path: str, num_envs: int, frame_skip: int,
                  fields: Sequence[Field] = (), *, post_constraint: bool = False,
-                 num_threads: int | None = None) -> None:
+                 num_threads: int | None = None, reset_stage: str = "forward") -> None:
         self.model = mujoco.MjModel.from_xml_path(model_path)
         self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
         self.num_envs, self.frame_skip = num_envs, frame_skip
         self.post_constraint = post_constraint  # gymnasium's mj_rnePostConstraint after a step
-        self.init_qpos = self.datas[0].qpos.ravel().copy()
-        self.init_qvel = self.datas[0].qvel.ravel().copy()
+        # What a reset computes after it set the state (RESET_STAGES): "none" only where the
+        # env reads nothing but qpos and qvel.
+        assert reset_stage != "none" or not fields, "an env that reads fields needs a stage"
+        self._settle = RESET_STAGES[reset_stage]
+        self._initial_states(num_envs)
         m = self.model
-        # The state of a fresh MjData (mj_makeData resets it), with qpos and qvel's places in it.
-        self._initial = np.zeros(mujoco.mj_stateSize(m, INTEGRATION))
-        mujoco.mj_getState(m, self.datas[0], self._initial, INTEGRATION)
-        at = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME.value)
-        self._qpos_at, self._qvel_at = slice(at, at + m.nq), slice(at + m.nq, at + m.nq + m.nv)
         # What mj_resetData zeroes and mj_forward leaves alone: mj_rnePostConstraint's outputs
         # (zero for good in an env that never calls it).
         self._post_outputs = [(d.cacc, d.cfrc_int, d.cfrc_ext) if post_constraint else ()
@@ -121,6 +128,19 @@ class Physics:
         self._pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
         for block in self.blocks:
             block.gather()
+
+    def _initial_states(self, num_envs: int) -> None:
+        """The initial qpos and qvel (gymnasium's ``init_qpos``, ``init_qvel``), and the states
+        a reset sets: a fresh ``MjData``'s (``mj_makeData`` resets it), one row per env reset,
+        whose qpos and qvel (the only part ever written) a reset fills in."""
+        m, data = self.model, self.datas[0]
+        self.init_qpos, self.init_qvel = data.qpos.ravel().copy(), data.qvel.ravel().copy()
+        self.init_state: Array = np.concatenate((self.init_qpos, self.init_qvel))  # qpos, qvel
+        initial = np.zeros(mujoco.mj_stateSize(m, INTEGRATION))
+        mujoco.mj_getState(m, data, initial, INTEGRATION)
+        at = mujoco.mj_stateSize(m, mujoco.mjtState.mjSTATE_TIME.value)
+        self._qposvel_at = slice(at, at + m.nq + m.nv)  # qpos, then qvel, in the state
+        self._states = np.repeat(initial[None], num_envs, axis=0)
 
     @property
     def dt(self) -> float:
@@ -144,24 +164,31 @@ class Physics:
         for future in futures:
             future.result()
 
-    def reset(self, rows: Sequence[int], qpos: Array, qvel: Array) -> None:
+    def reset(self, rows: Sequence[int], qposvel: Array) -> None:
         """gymnasium's ``MujocoEnv.reset`` + ``set_state`` for each env of ``rows``: the state
-        ``mj_resetData`` leaves, with ``qpos`` and ``qvel`` (one row per env of ``rows``), then
-        ``mj_forward``; then the env's arrays are gathered. One ``mj_setState`` sets that state,
-        and the outputs of ``mj_rnePostConstraint`` (which ``mj_forward`` does not compute) are
-        zeroed: ``mj_resetData`` clears all of ``MjData``, 5-10 µs, where ``mj_step`` and
-        ``mj_forward`` read only this state (the tests compare every env after resets)."""
-        states = np.repeat(self._initial[None], len(rows), axis=0)
-        states[:, self._qpos_at] = qpos
-        states[:, self._qvel_at] = qvel
+        ``mj_resetData`` leaves, with ``qpos`` and ``qvel`` (``qposvel``: one row per env of
+        ``rows``, its qpos then its qvel), then
+        what the env reads of ``mj_forward`` (``RESET_STAGES``); then the env's arrays are
+        gathered. One ``mj_setState`` sets that state, and the outputs of
+        ``mj_rnePostConstraint`` (which ``mj_forward`` does not compute) are zeroed:
+        ``mj_resetData`` clears all of ``MjData``, 5-10 µs, where ``mj_step`` and ``mj_forward``
+        read only this state (the tests compare every env after resets)."""
+        model, datas, settle, set_state = self.model, self.datas, self._settle, mujoco.mj_setState
+        states = self._states[:len(rows)]
+        states[:, self._qposvel_at] = qposvel
         for state, i in zip(states, rows, strict=True):
-            data = self.datas[i]
-            mujoco.mj_setState(self.model, data, state, INTEGRATION)
+            data = datas[i]
+            set_state(model, data, state, INTEGRATION)
             for output in self._post_outputs[i]:
                 output[:] = 0.0
-            mujoco.mj_forward(self.model, data)
-            for target, views in self.sources:
-                target[i] = views[i]
+            if settle is not None:
+                settle(model, data)
+                for target, views in self.sources:
+                    target[i] = views[i]
+        if settle is None:  # the env reads qpos and qvel only: the rows just set
+            nq = self.model.nq
+            self.qpos[rows] = qposvel[:, :nq]
+            self.qvel[rows] = qposvel[:, nq:]
 
     def close(self) -> None:
         if self._pool is not None:

@@ -10,13 +10,14 @@ single env's (tests/test_mujoco_batch.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from vecsample.envs.mujoco_batch.arrays import Array, Bools, row_norm
-from vecsample.envs.mujoco_batch.infos import Columns
+from vecsample.adapters.vector_infos import Columns
+from vecsample.envs.mujoco_batch.arrays import Array, Bools, row_norm, scalar_square
 from vecsample.envs.mujoco_batch.physics import Field
 from vecsample.envs.mujoco_batch.vector import BatchMujocoEnv
 
@@ -39,6 +40,7 @@ class InvertedPendulumBatchEnv(_Small):
 
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "xml_file": "inverted_pendulum.xml", "frame_skip": 2, "reset_noise_scale": 0.01}
+    RESET_STAGE = "none"  # it reads qpos and qvel only (resets every 6 steps or so)
 
     def _observe(self) -> Array:
         return np.concatenate((self.physics.qpos, self.physics.qvel), axis=1)
@@ -75,12 +77,20 @@ class InvertedDoublePendulumBatchEnv(_Small):
         tip = p.fields["site_xpos"][:, 0]
         x, y = tip[:, 0], tip[:, 2]
         terminated = y <= 1
-        distance = 0.01 * x**2 + (y - 2) ** 2
-        velocity = 1e-3 * p.qvel[:, 1] ** 2 + 5e-3 * p.qvel[:, 2] ** 2
+        # gymnasium squares numpy scalars here (pow), not arrays (x * x): scalar_square
+        distance = 0.01 * scalar_square(x) + scalar_square(y - 2)
+        velocity = 1e-3 * scalar_square(p.qvel[:, 1]) + 5e-3 * scalar_square(p.qvel[:, 2])
         survive = self.config["healthy_reward"] * (~terminated).astype(int)
         infos = {"reward_survive": survive, "distance_penalty": -distance,
                  "velocity_penalty": -velocity}
         return survive - distance - velocity, terminated, infos
+
+
+def _env_by_env(rngs: list[np.random.Generator],
+                draw: Callable[[np.random.Generator], tuple[Array, Array]]) -> Array:
+    """``_reset_states`` of an env whose reset draws more than its noise (Reacher's and
+    Pusher's targets, drawn until one fits): ``draw`` env by env."""
+    return np.stack([np.concatenate(draw(rng)) for rng in rngs])
 
 
 def _ctrl_reward(weight: float, actions: NDArray[Any]) -> NDArray[Any]:
@@ -96,6 +106,7 @@ class ReacherBatchEnv(_Small):
     DEFAULTS: ClassVar[dict[str, Any]] = {
         "xml_file": "reacher.xml", "frame_skip": 2, "reward_dist_weight": 1,
         "reward_control_weight": 1}
+    RESET_STAGE = "kinematics"  # it reads bodies' positions only
 
     def _fields(self) -> list[Field]:
         return [Field("fingertip", "xpos", "fingertip"), Field("target", "xpos", "target")]
@@ -117,6 +128,9 @@ class ReacherBatchEnv(_Small):
         ctrl = _ctrl_reward(c["reward_control_weight"], actions)
         infos = {"reward_dist": distance, "reward_ctrl": ctrl}
         return distance + ctrl, np.zeros(self.num_envs, dtype=np.bool_), infos
+
+    def _reset_states(self, rngs: list[np.random.Generator]) -> Array:
+        return _env_by_env(rngs, self._reset_state)
 
     def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:
         p = self.physics
@@ -141,6 +155,7 @@ class PusherBatchEnv(_Small):
         "xml_file": "pusher_v5.xml", "frame_skip": 5, "reward_near_weight": 0.5,
         "reward_dist_weight": 1, "reward_control_weight": 0.1}
     BODIES = ("tips_arm", "object", "goal")
+    RESET_STAGE = "kinematics"  # it reads bodies' positions only
 
     def _fields(self) -> list[Field]:
         return [Field(body, "xpos", body) for body in self.BODIES]
@@ -157,6 +172,9 @@ class PusherBatchEnv(_Small):
         ctrl = _ctrl_reward(c["reward_control_weight"], actions)
         infos = {"reward_dist": distance, "reward_ctrl": ctrl, "reward_near": near}
         return distance + ctrl + near, np.zeros(self.num_envs, dtype=np.bool_), infos
+
+    def _reset_states(self, rngs: list[np.random.Generator]) -> Array:
+        return _env_by_env(rngs, self._reset_state)
 
     def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:
         p = self.physics

@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
+from vecsample.adapters.vector_infos import Columns
 from vecsample.envs.base import Task, task_info
 from vecsample.envs.mujoco import (
     ANT_CONTACT_COST,
@@ -32,7 +33,6 @@ from vecsample.envs.mujoco import (
 )
 from vecsample.envs.mujoco_batch.arrays import Array, Bools
 from vecsample.envs.mujoco_batch.errors import TaskCountError
-from vecsample.envs.mujoco_batch.infos import Columns
 from vecsample.envs.mujoco_batch.physics import Field
 from vecsample.envs.mujoco_batch.vector import BatchMujocoEnv
 

@@ -19,6 +19,7 @@ gymnasium's gives.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -27,6 +28,7 @@ import numpy as np
 from gymnasium.utils import seeding
 from numpy.typing import NDArray
 
+from vecsample.adapters.vector_infos import Columns, LazyInfos, StepInfos, from_columns
 from vecsample.envs.mujoco_batch.arrays import Array, Bools
 from vecsample.envs.mujoco_batch.errors import (
     BatchActionError,
@@ -34,7 +36,6 @@ from vecsample.envs.mujoco_batch.errors import (
     SeedCountError,
     UnknownKeywordError,
 )
-from vecsample.envs.mujoco_batch.infos import Columns, add_final, add_rows, every_row
 from vecsample.envs.mujoco_batch.physics import Field, Physics
 from vecsample.errors import ResetMaskError
 
@@ -71,6 +72,9 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
     QVEL_NOISE: ClassVar[str] = "uniform"
     #: Whether the env reads ``cfrc_ext`` (gymnasium runs ``mj_rnePostConstraint`` per step).
     POST_CONSTRAINT: ClassVar[bool] = False
+    #: What a reset computes after it sets the state (``physics.RESET_STAGES``): what the env
+    #: reads after a reset of what gymnasium's ``mj_forward`` computes there.
+    RESET_STAGE: ClassVar[str] = "forward"
     #: The observations' dtype (gymnasium's v5 envs: float64).
     OBS_DTYPE: ClassVar[type[np.floating[Any]]] = np.float64
 
@@ -85,7 +89,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         self.autoreset_mode = AutoresetMode(getattr(autoreset_mode, "value", autoreset_mode))
         self.physics = Physics(expand_model_path(self.config["xml_file"]), num_envs,
                                int(self.config["frame_skip"]), self._fields(),
-                               post_constraint=self.POST_CONSTRAINT, num_threads=num_threads)
+                               post_constraint=self.POST_CONSTRAINT, num_threads=num_threads,
+                               reset_stage=self.RESET_STAGE)
         self.dt = self.physics.dt
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": [],
                          "render_fps": int(np.round(1.0 / self.dt)),
@@ -98,6 +103,9 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         self._define_spaces()
         self._generators: list[np.random.Generator | None] = [None] * num_envs
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        # Every env and none, as the rows of a step's infos (read only: never handed out).
+        self._every, self._none = np.ones(num_envs, np.bool_), np.zeros(num_envs, np.bool_)
+        self._every.flags.writeable = self._none.flags.writeable = False
         self._ended = np.zeros(num_envs, dtype=np.bool_)  # ended at the last step
 
     @classmethod
@@ -145,7 +153,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         seeds = self._seeds(seed)
         mask = self._reset_mask(options)
         self._reset_rows(np.flatnonzero(mask), seeds)
-        return self._observe(), add_rows({}, self._reset_info(), mask)
+        return self._observe(), self._infos(StepInfos({}, self._none, self._reset_info(),
+                                                      mask.copy()))
 
     def step(self, actions: Any) -> Step:
         """One step of every env; ended envs autoreset as ``metadata["autoreset_mode"]``
@@ -176,10 +185,16 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
             return None
         return self._ended.copy()
 
+    def _infos(self, columns: StepInfos) -> LazyInfos:
+        """gymnasium's vector infos of ``columns``, built when first read (a hosted block
+        writes the columns to shared memory as they are, and never builds them)."""
+        return LazyInfos(functools.partial(from_columns, columns, self._add_info), columns)
+
     def _plain(self, rewards: Array, terminated: Bools, truncated: Bools,
                columns: Columns) -> Step:
         """A step in which every env stepped and none resets: every row of every column."""
-        return self._observe(), rewards, terminated, truncated, every_row(columns, self.num_envs)
+        return self._observe(), rewards, terminated, truncated, self._infos(
+            StepInfos(columns, self._every, {}, self._none))
 
     def _disabled(self, frozen: Bools | None, rewards: Array, terminated: Bools,
                   truncated: Bools, columns: Columns) -> Step:
@@ -190,7 +205,8 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         if frozen is None:
             return self._plain(rewards, terminated, truncated, columns)
         rewards[frozen] = 0.0
-        return self._observe(), rewards, terminated, truncated, add_rows({}, columns, ~frozen)
+        return self._observe(), rewards, terminated, truncated, self._infos(
+            StepInfos(columns, ~frozen, {}, self._none))
 
     def _same_step(self, rewards: Array, terminated: Bools, truncated: Bools,
                    columns: Columns) -> Step:
@@ -200,11 +216,10 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         if not ended.any():
             self._ended = ended
             return self._plain(rewards, terminated, truncated, columns)
-        infos = add_final({}, self._observe(), columns, ended)
-        add_rows(infos, columns, ~ended)
-        self._reset_rows(np.flatnonzero(ended), [None] * self.num_envs)
-        add_rows(infos, self._reset_info(), ended)
-        return self._observe(), rewards, terminated, truncated, infos
+        final_obs = self._observe()
+        self._reset_rows(np.flatnonzero(ended), None)
+        infos = StepInfos(columns, self._every, self._reset_info(), ended, ended, final_obs)
+        return self._observe(), rewards, terminated, truncated, self._infos(infos)
 
     def _next_step(self, resetting: Bools | None, rewards: Array, terminated: Bools,
                    truncated: Bools, columns: Columns) -> Step:
@@ -213,14 +228,13 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
         if resetting is None:
             self._ended = terminated | truncated
             return self._plain(rewards, terminated, truncated, columns)
-        infos = add_rows({}, columns, ~resetting)
-        self._reset_rows(np.flatnonzero(resetting), [None] * self.num_envs)
-        add_rows(infos, self._reset_info(), resetting)
+        self._reset_rows(np.flatnonzero(resetting), None)
+        infos = StepInfos(columns, ~resetting, self._reset_info(), resetting)
         rewards[resetting] = 0.0
         terminated[resetting] = False
         truncated[resetting] = False
         self._ended = terminated | truncated
-        return self._observe(), rewards, terminated, truncated, infos
+        return self._observe(), rewards, terminated, truncated, self._infos(infos)
 
     def close_extras(self, **kwargs: Any) -> None:
         self.physics.close()
@@ -279,28 +293,40 @@ class BatchMujocoEnv(gym.vector.VectorEnv):
                                  "True entry", fix="name the envs to reset")
         return mask
 
-    def _reset_rows(self, rows: NDArray[np.intp], seeds: list[int | None]) -> None:
-        """gymnasium's reset of each env of ``rows``: seeding, the reset state drawn from its
-        own generator (``_reset_state``), ``mj_resetData``, the state, ``mj_forward``."""
-        p = self.physics
-        qpos = np.empty((len(rows), p.model.nq))
-        qvel = np.empty((len(rows), p.model.nv))
-        for k, i in enumerate(rows.tolist()):
-            if seeds[i] is not None:
-                self._generators[i] = seeding.np_random(seeds[i])[0]
-            qpos[k], qvel[k] = self._reset_state(self._generator(i))
-        p.reset(rows.tolist(), qpos, qvel)
+    def _reset_rows(self, rows: NDArray[np.intp], seeds: list[int | None] | None) -> None:
+        """gymnasium's reset of each env of ``rows``: seeding (``seeds``, one per env of the
+        batch; None: no seeds), the reset state drawn from its own generator
+        (``_reset_states``), set as ``mj_resetData`` and ``set_state`` leave it
+        (``Physics.reset``)."""
+        indices = rows.tolist()
+        if seeds is not None:
+            for i in indices:
+                if seeds[i] is not None:
+                    self._generators[i] = seeding.np_random(seeds[i])[0]
+        self.physics.reset(indices, self._reset_states([self._generator(i) for i in indices]))
         self._elapsed[rows] = 0
         self._ended[rows] = False
 
-    def _reset_state(self, rng: np.random.Generator) -> tuple[Array, Array]:
-        """One env's ``qpos`` and ``qvel`` after a reset: gymnasium's reset noise of scale
-        ``reset_noise_scale`` around the initial state, drawn from ``rng`` (qpos, then qvel)."""
+    def _reset_states(self, rngs: list[np.random.Generator]) -> Array:
+        """The ``qpos`` and ``qvel`` after a reset of each env whose generator ``rngs`` holds
+        (one row each, ``qpos`` then ``qvel``): gymnasium's reset noise of scale
+        ``reset_noise_scale`` around the initial state, drawn from the env's generator in
+        gymnasium's order (qpos, then qvel).
+
+        One draw per env: ``rng.uniform(low, high, k)`` is ``low + (high - low) * u`` of the
+        raw doubles ``u = rng.random(k)``, bit for bit (numpy's own formula), and the two draws
+        of a uniform noise are one stream of ``nq + nv`` doubles; the arithmetic is done for
+        every reset env at once."""
         p, scale = self.physics, self.config["reset_noise_scale"]
-        qpos = p.init_qpos + rng.uniform(low=-scale, high=scale, size=p.model.nq)
+        nq, nv = p.model.nq, p.model.nv
+        low, span = -scale, scale - -scale  # uniform(low=-scale, high=scale)
         if self.QVEL_NOISE == "normal":
-            return qpos, p.init_qvel + scale * rng.standard_normal(p.model.nv)
-        return qpos, p.init_qvel + rng.uniform(low=-scale, high=scale, size=p.model.nv)
+            draws = [(rng.random(nq), rng.standard_normal(nv)) for rng in rngs]
+            u, z = np.stack([d[0] for d in draws]), np.stack([d[1] for d in draws])
+            return np.concatenate((p.init_qpos + (low + span * u), p.init_qvel + scale * z),
+                                  axis=1)
+        noise: Array = low + span * np.stack([rng.random(nq + nv) for rng in rngs])
+        return p.init_state + noise
 
     def _generator(self, i: int) -> np.random.Generator:
         """Env ``i``'s generator (an unseeded one until a seed is given, as ``Env.np_random``)."""
