@@ -42,9 +42,9 @@ class StepResult:
     #: Non-empty infos of the resets done by autoreset during this step, by global env id.
     reset_infos: InfoMap = field(default_factory=InfoMap)
     #: The workers of the step API whose steps these rows are, in row order: set by
-    #: ``recv_batch`` (every worker for a full batch, those done within the window for a
-    #: partial one), which ``step_send_many(result.workers, actions)`` sends again; None for
-    #: one worker's result (``worker``) and for ``step()``.
+    #: ``recv_batch(timeout)`` (those done within the window), which
+    #: ``step_send_many(result.workers, actions)`` sends again; None for one worker's result
+    #: (``worker``) and for a full batch (``step()``, ``recv_batch(None)``: every worker).
     workers: np.ndarray | None = None
 
     @property
