@@ -389,22 +389,27 @@ def test_every_failing_worker_is_read_and_reported(make_vector_env):
 def test_step_hands_the_core_over_between_posting_and_waiting(make_vector_env, monkeypatch):
     env = make_vector_env(fns(CountingEnv, 4, length=100), num_workers=2)
     env.reset(seed=0)
-    # A spy on the sampler's calls; nothing of VectorEnv's own state is touched.
-    calls = record_calls(env._sampler, ("send_all", "recv_batch"), monkeypatch)
+    # A spy on the sampler's channel; nothing of VectorEnv's own state is touched.
+    calls = record_calls(env._sampler._channel, ("send_all", "collect_batch"), monkeypatch)
     monkeypatch.setattr(os, "sched_yield", lambda: calls.append("hand_over"))  # send_all's yield
     env.step(np.ones(4, dtype=np.int64))
-    # send_all yields the core itself now (issue 31), and the wait is recv_batch, the full
-    # batch in one call (issue 32); the wait's own spin may yield after it.
-    assert calls[:3] == ["send_all", "hand_over", "recv_batch"]
+    # VectorEnv.step is VecSampler.step, one call: its post yields the core itself (issue 31),
+    # and the wait is the full batch in one call (issue 32); the wait's own spin may yield
+    # after it.
+    assert calls[:3] == ["send_all", "hand_over", "collect_batch"]
 
 
 def test_stats_show_what_vector_env_adds_to_a_step(make_vector_env):
-    env = make_vector_env(fns(CountingEnv, 4, length=100), num_workers=2)
+    env = make_vector_env(fns(CountingEnv, 4, length=100, info=True), num_workers=2)
     env.reset(seed=0)
     stats = env.sampler.stats()
     assert stats["vector_infos_s"] == stats["obs_copy_s"] == 0.0
     for _ in range(5):
         env.step(np.ones(4, dtype=np.int64))
+    stats = env.sampler.stats()
+    assert stats["vector_infos_s"] == 0.0 < stats["obs_copy_s"]  # infos not read: not built
+    for _ in range(5):
+        dict(env.step(np.ones(4, dtype=np.int64))[4])  # read: built
     stats = env.sampler.stats()
     assert stats["vector_infos_s"] > 0 and stats["obs_copy_s"] > 0
     assert stats["vector_infos_pct"] + stats["obs_copy_pct"] < 100

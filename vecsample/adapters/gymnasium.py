@@ -230,12 +230,23 @@ class VectorEnv(gym.vector.VectorEnv):
         self, actions: Any
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Steps every env with its row of ``actions``; (obs, rewards, terminated, truncated,
-        infos)."""
-        self.step_async(actions)
-        return self.step_wait()
+        infos). What ``step_async`` then ``step_wait`` do, in one call to the sampler
+        (``VecSampler.step``): a step past its deadline leaves its late workers pending for
+        ``step_wait``, as a ``step_wait`` that timed out does."""
+        self._check_step(actions)
+        try:
+            v = self._sampler.step(actions)
+        except errors.DeadlineExceededError as exc:
+            self._pending, self._received = ("step", ()), list(exc.results)
+            raise
+        except errors.WorkerError as exc:
+            failures = [exc, *exc.others]  # every worker lost in the wait, each read once
+            raise _reported(failures) from failures[-1].__cause__
+        return self._stepped(v)
 
-    def step_async(self, actions: Any) -> None:
-        """Checks ``actions``, writes them to shared memory and starts every worker."""
+    def _check_step(self, actions: Any) -> None:
+        """What a step checks before anything is sent: no call pending, a batch of actions,
+        and (autoreset disabled) no env left ended."""
         self._expect_idle("step_async")
         _check_action_batch(actions, self.num_envs)
         if self.mode is AutoresetMode.DISABLED and self._ended.any():
@@ -243,6 +254,10 @@ class VectorEnv(gym.vector.VectorEnv):
                 f"envs {np.nonzero(self._ended)[0].tolist()} ended and autoreset is disabled; "
                 f"call reset(options={{'reset_mask': mask}}) for them before stepping.",
                 name="reset")
+
+    def step_async(self, actions: Any) -> None:
+        """Checks ``actions``, writes them to shared memory and starts every worker."""
+        self._check_step(actions)
         try:  # as _env_errors(), without a context manager's calls on every step
             self._sampler.send_all(actions)
         except errors.WorkerError as exc:
@@ -267,11 +282,15 @@ class VectorEnv(gym.vector.VectorEnv):
             raise
         self._pending = None
         self._received = []
-        started = time.perf_counter()
+        return self._stepped(v)
+
+    def _stepped(self, v: StepResult) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray,
+                                                dict[str, Any]]:
+        """gymnasium's five values of the step ``v``: copies, and the infos built when read."""
         infos = self._vector_infos(v)
-        built = time.perf_counter()
+        started = time.perf_counter()
         obs = self._observations(v.obs)
-        self._parts.add(built - started, time.perf_counter() - built)
+        self._parts.obs_copy += time.perf_counter() - started
         self._ended = v.terminated | v.truncated
         return obs, v.rewards.copy(), v.terminated.copy(), v.truncated.copy(), infos
 
@@ -280,9 +299,12 @@ class VectorEnv(gym.vector.VectorEnv):
         read (their build time goes to ``stats()``'s ``vector_infos``). What they need is kept
         now: the column copies, and a copy of the final observations (shared memory's are
         the next step's once it is sent)."""
+        same_step = self.mode is AutoresetMode.SAME_STEP
+        if not (v.infos.columnar()[0] or v.infos.columnar()[1] or v.reset_infos.columnar()[0]
+                or v.reset_infos.columnar()[1] or (same_step and v.has_final_obs.any())):
+            return vector_infos.LazyInfos(dict)  # nothing to build: gymnasium's {} at once
         has_final = v.has_final_obs.copy()
-        finals = _kept(v.final_obs) if self.mode is AutoresetMode.SAME_STEP and bool(
-            np.count_nonzero(has_final)) else None
+        finals = _kept(v.final_obs) if same_step and bool(np.count_nonzero(has_final)) else None
         space, step, reset, mode = self.single_observation_space, v.infos, v.reset_infos, self.mode
 
         def build() -> dict[str, Any]:
