@@ -150,7 +150,10 @@ class ChunkCollector:
         pos = np.zeros(n, np.int64)
         ended: list[tuple[int, int, float, int]] = []  # (row, env, return, length)
         chunk.obs[0] = self._obs
-        self.sampler.send_all(self._act_rows(chunk, pos, np.arange(n)))
+        everyone = np.arange(n)
+        actions = self._act_rows(chunk, pos, everyone)
+        self.sampler.send_all(actions)  # checks the actions (typed errors) before anything
+        chunk.actions[0] = actions
         flying = self.sampler.num_slots
         while flying:
             r = self.sampler.recv_batch(0.0)
@@ -163,7 +166,9 @@ class ChunkCollector:
             if more.any():
                 rows = ids[np.repeat(more, self._sizes[r.workers])]
                 chunk.obs[pos[rows], rows] = self._obs[rows]
-                self.sampler.step_send_many(r.workers[more], self._act_rows(chunk, pos, rows))
+                actions = self._act_rows(chunk, pos, rows)
+                self.sampler.step_send_many(r.workers[more], actions)  # checked first
+                chunk.actions[pos[rows], rows] = actions
                 flying += int(more.sum())
         ended.sort()
         chunk.next_obs = self._obs.copy()
@@ -172,13 +177,11 @@ class ChunkCollector:
         return chunk
 
     def _act_rows(self, chunk: Chunk, pos: np.ndarray, rows: np.ndarray) -> Any:
-        """The policy's actions for envs ``rows`` at their rows ``pos[rows]``, stored there
-        with its extras."""
+        """The policy's actions for envs ``rows``, its extras stored at their rows
+        ``pos[rows]``; the actions are stored once the sampler has taken them (it checks them
+        first: an ActionError, as for any VecSampler user)."""
         actions, extras = self._act(self._obs[rows])
         self._store_extras(chunk, pos[rows], rows, extras)
-        # The sampler checks the actions as it sends them (an ActionError, as for any
-        # VecSampler user); a chunk whose send raised is lost, as a step that raised was.
-        chunk.actions[pos[rows], rows] = actions
         return actions
 
     def _store_step(self, chunk: Chunk, t: np.ndarray, ids: np.ndarray, r: StepResult,
