@@ -139,14 +139,7 @@ class ChunkCollector:
         so the actor's workers step while its policy runs; every env's ``t``-th step still
         lands in row ``t``, and the episodes are listed as a full batch would list them."""
         n = self.sampler.num_envs
-        chunk = Chunk(
-            obs=_empty(length, n, self._obs_array), actions=_empty(length, n, self._act_array),
-            rewards=np.empty((length, n), np.float32),
-            terminated=np.empty((length, n), np.bool_), truncated=np.empty((length, n), np.bool_),
-            final_obs=np.zeros((length, n, *self._obs_array.shape), self._obs_array.dtype),
-            next_obs=self._obs, extras={}, episode_returns=np.empty(0),
-            episode_lengths=np.empty(0, np.int64),
-        )
+        chunk = self._new_chunk(length)
         pos = np.zeros(n, np.int64)
         ended: list[tuple[int, int, float, int]] = []  # (row, env, return, length)
         chunk.obs[0] = self._obs
@@ -175,6 +168,18 @@ class ChunkCollector:
         chunk.episode_returns = np.array([r for _, _, r, _ in ended], np.float64)
         chunk.episode_lengths = np.array([k for _, _, _, k in ended], np.int64)
         return chunk
+
+    def _new_chunk(self, length: int) -> Chunk:
+        """An empty chunk of ``length`` steps of every env."""
+        n = self.sampler.num_envs
+        return Chunk(
+            obs=_empty(length, n, self._obs_array), actions=_empty(length, n, self._act_array),
+            rewards=np.empty((length, n), np.float32),
+            terminated=np.empty((length, n), np.bool_), truncated=np.empty((length, n), np.bool_),
+            final_obs=np.zeros((length, n, *self._obs_array.shape), self._obs_array.dtype),
+            next_obs=self._obs, extras={}, episode_returns=np.empty(0),
+            episode_lengths=np.empty(0, np.int64),
+        )
 
     def _act_rows(self, chunk: Chunk, pos: np.ndarray, rows: np.ndarray) -> Any:
         """The policy's actions for envs ``rows``, its extras stored at their rows
