@@ -23,7 +23,7 @@ from torch import nn
 
 from vecsample import AutoresetMode, StepResult, VecSampler, VectorEnv, errors
 from vecsample.testing import CountingEnv, SlowEnv, SpaceEnv, fns
-from vecsample.train.rollout import Rollout
+from vecsample.train.rollout import Rollout, _Store
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA")
 
@@ -123,6 +123,17 @@ def test_partial_batches_fill_the_same_rows(uneven: VecSampler) -> None:
     rollout.collect()
     stats = uneven.stats()
     assert stats["workers_received"] < stats["recvs"] * 2, "expected at least one partial batch"
+    _assert_hand_checked(rollout)
+
+
+@pytest.mark.parametrize("timeout", [None, 0.0])
+def test_rows_written_through_tensors_fill_the_same_rows(uneven: VecSampler,
+                                                         timeout: float | None) -> None:
+    """A batch off the host (a GPU's) takes each row as a tensor; the host's through numpy
+    views. Forced onto the tensors here, full and partial batches still fill the rows."""
+    rollout = Rollout(uneven, CountingPolicy(), T, device="cpu", timeout=timeout)
+    rollout._store = _Store(rollout.batch, host=False)
+    rollout.collect()
     _assert_hand_checked(rollout)
 
 

@@ -107,6 +107,28 @@ class Episode:
     step: int
 
 
+class _Store:
+    """Where a step's rows go: numpy views of the batch's tensors where they are in host
+    memory (numpy writes a few rows in a fifth of torch's time, and casts as it writes), the
+    tensors themselves elsewhere."""
+
+    def __init__(self, batch: RolloutBatch, host: bool | None = None) -> None:
+        """``host``: write through numpy views (default: where the batch is in host memory)."""
+        tensors = {f.name: getattr(batch, f.name) for f in fields(batch) if f.name != "extras"}
+        tensors.update(batch.extras)
+        self.host = batch.rewards.device.type == CPU if host is None else host
+        self._to: dict[str, Any] = {k: t.numpy() if self.host else t for k, t in tensors.items()}
+
+    def put(self, name: str, at: Any, value: np.ndarray) -> None:
+        """Writes ``value`` (rows as a numpy array) at ``at`` (a row or rows of time, the
+        envs: an int or index arrays, and a slice or index arrays) of field ``name``."""
+        to = self._to[name]
+        if self.host:
+            to[at] = value
+        else:
+            to[at] = torch.from_numpy(np.asarray(value)).to(to.device, to.dtype)
+
+
 def _sampler_of(envs: VecSampler | Any) -> VecSampler:
     sampler = envs if isinstance(envs, VecSampler) else getattr(envs, "sampler", None)
     if not isinstance(sampler, VecSampler):
@@ -247,6 +269,7 @@ class Rollout:
         self.sampler.add_phases(self.timer)
         uses_cuda = "cuda" in (self.rollout_device.type, self.train_device.type)
         self.batch = self._allocate(torch.device(storage_device), pin=uses_cuda)
+        self._store = _Store(self.batch)
         self._start_counting()
 
     def _start_counting(self) -> None:
@@ -256,6 +279,7 @@ class Rollout:
         self._started = False
         self._returns, self._lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, np.int64)
         self._pos = np.zeros(self.num_envs, dtype=np.int64)
+        self._every = np.arange(self.num_envs)  # a full batch's env ids
         #: Each worker's first env and block size: a partial batch's rows, worker by worker.
         self._first, self._sizes = _blocks(self.sampler)
         self._unfinished = False  # a collect raised (Ctrl-C): the next one recovers first
@@ -379,14 +403,13 @@ class Rollout:
             flying -= len(r.workers)
             ids = r.env_ids
             t = self._pos[ids]
-            self._record(r, torch.from_numpy(t), torch.from_numpy(ids))
+            self._record(r, t, ids)
             more = self._pos[self._first[r.workers]] < self.num_steps  # per worker
             if not more.any():
                 continue
             rows = np.repeat(more, self._sizes[r.workers])
             obs = torch.from_numpy(np.asarray(r.obs, dtype=np.float32)[rows])
-            actions = self._act_on(obs, (torch.from_numpy(t[rows] + 1),
-                                         torch.from_numpy(ids[rows])))
+            actions = self._act_on(obs, (t[rows] + 1, ids[rows]))
             self.sampler.step_send_many(r.workers[more], actions)
             flying += int(more.sum())
 
@@ -417,15 +440,15 @@ class Rollout:
 
     def _act_on(self, obs: torch.Tensor, at: tuple[Any, Any]) -> np.ndarray:
         """The policy's actions for ``obs`` (rows of the batch), stored with its extras at
-        ``at`` (a row of time and the envs: a row and a slice, or index tensors), clipped for
+        ``at`` (a row of time and the envs: a row and a slice, or index arrays), clipped for
         the envs where that is asked."""
         with self.timer.phase("inference"):
             out = self._call_act(obs.to(self.rollout_device, non_blocking=obs.is_pinned()))
-            actions = out["actions"].cpu().numpy()
+            values = {name: value.cpu().numpy() for name, value in out.items()}
+        actions = values["actions"]
         with self.timer.phase("copy"):
-            for name, value in out.items():
-                store = self.batch.actions if name == "actions" else self.batch.extras[name]
-                store[at] = value.to(store.device)
+            for name, value in values.items():
+                self._store.put(name, at, value)
             if self._clip:
                 space = self._action_space
                 assert isinstance(space, gym.spaces.Box)
@@ -433,42 +456,50 @@ class Rollout:
         return actions
 
     def _record(self, r: StepResult, t: Any, ids: Any) -> None:
-        """Stores a result's rows at their envs' positions ``t`` (an int, or a tensor of one
-        per row) and envs ``ids`` (a slice for every env, or a tensor), and counts them."""
-        n = len(r.rewards)
+        """Stores a result's rows at their envs' positions ``t`` (an int, or an array of one
+        per row) and envs ``ids`` (a slice for every env, or an array), and counts them."""
         with self.timer.phase("copy"):
-            b, last = self.batch, self.num_steps - 1
-            b.rewards[t, ids] = torch.from_numpy(np.asarray(r.rewards, dtype=np.float32))
-            b.terminated[t, ids] = torch.from_numpy(r.terminated)
-            b.truncated[t, ids] = torch.from_numpy(r.truncated)
-            b.has_final_obs[t, ids] = torch.from_numpy(r.has_final_obs)
+            put, at = self._store.put, (t, ids)
+            put("rewards", at, r.rewards)
+            put("terminated", at, r.terminated)
+            put("truncated", at, r.truncated)
+            put("has_final_obs", at, r.has_final_obs)
             if r.has_final_obs.any():
-                b.final_obs[t, ids] = torch.from_numpy(np.asarray(r.final_obs, np.float32))
-            obs = torch.from_numpy(np.asarray(r.obs, dtype=np.float32))
-            if isinstance(t, int):  # every env at the same step
-                (b.obs[t + 1] if t < last else b.next_obs)[ids] = obs
+                put("final_obs", at, np.asarray(r.final_obs))
+            obs = np.asarray(r.obs)
+            if isinstance(t, int) and t < self.num_steps - 1:  # every env at the same step
+                put("obs", (t + 1, ids), obs)
+            elif isinstance(t, int):
+                put("next_obs", ids, obs)
             else:
-                inside = t < last
-                b.obs[t[inside] + 1, ids[inside]] = obs[inside]
-                b.next_obs[ids[~inside]] = obs[~inside]
-            env_ids = np.arange(self.num_envs) if isinstance(ids, slice) else ids.numpy()
+                inside = t < self.num_steps - 1
+                put("obs", (t[inside] + 1, ids[inside]), obs[inside])
+                put("next_obs", ids[~inside], obs[~inside])
+            env_ids = self._every if isinstance(ids, slice) else ids
             self._pos[env_ids] += 1
             self._track_episodes(r, env_ids)
-        self.global_step += n
-        self.timer.add_steps(n)
+        self.global_step += len(r.rewards)
+        self.timer.add_steps(len(r.rewards))
 
     def _track_episodes(self, r: StepResult, env_ids: np.ndarray) -> None:
         """Adds a result's rewards to its envs' returns and lists the episodes that ended."""
         self._returns[env_ids] += r.rewards
         self._lengths[env_ids] += 1
-        for j in np.flatnonzero(r.terminated | r.truncated):
-            env = int(env_ids[j])
-            ret, length = float(self._returns[env]), int(self._lengths[env])
-            stats = r.infos.get(env, {}).get("episode")
+        ended = np.flatnonzero(r.terminated | r.truncated)
+        if not ended.size:
+            return
+        envs = env_ids[ended]
+        rets, lengths = self._returns[envs].tolist(), self._lengths[envs].tolist()
+        self._returns[envs], self._lengths[envs] = 0.0, 0
+        blocks, leftovers = r.infos.columnar()
+        infos = r.infos if blocks or leftovers else None  # no infos: none to build
+        first = self.global_step + 1
+        for j, env, ret, length in zip(ended.tolist(), envs.tolist(), rets, lengths,
+                                       strict=True):
+            stats = infos.get(env, {}).get("episode") if infos is not None else None
             if isinstance(stats, Mapping):  # RecordEpisodeStatistics inside the env: raw return
                 ret, length = float(np.asarray(stats["r"])), int(np.asarray(stats["l"]))
-            self.episodes.append(Episode(env, ret, length, self.global_step + int(j) + 1))
-            self._returns[env], self._lengths[env] = 0.0, 0
+            self.episodes.append(Episode(env, ret, length, first + j))
 
     def stats(self) -> dict[str, float]:
         """The sampler's stats, which include this rollout's phases (see ``VecSampler.stats``)."""
