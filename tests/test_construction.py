@@ -93,6 +93,10 @@ def test_spin_before_block_is_automatic_and_configurable(make_sampler):
     # As many workers as cores: they spin, the parent does not (it would take a worker's core).
     assert full.layout.spin_s == pytest.approx(200e-6) and full.layout.parent_spin_s == 0.0
     assert full._pool.side.spin_s == 0.0
+    # "share": this process steps the last block, so one worker process fewer: it spins.
+    shared = make_sampler(fns(CountingEnv, cores), num_workers=cores, env_placement="share")
+    assert shared.layout.parent_spin_s == pytest.approx(200e-6)
+    assert shared._pool.side.spin_s == pytest.approx(200e-6)
     crowded = make_sampler(fns(CountingEnv, cores + 1), num_workers=cores + 1)
     assert crowded.layout.spin_s == 0.0  # more workers than cores: spinning would steal their CPU
     off = make_sampler(fns(CountingEnv, 2), num_workers=2, spin_us=0)

@@ -43,11 +43,6 @@ class Layout:
     #: The workers' spin before sleeping, in seconds (``options.spin_us``, or the automatic
     #: choice: while every worker process can have a core of its own).
     spin_s: float
-    #: The parent's spin before it sleeps in a wait for steps, in seconds: ``spin_s`` where
-    #: ``options.spin_us`` sets it; automatically, only where a core is left free beside the
-    #: workers' (``num_workers`` below the usable cores), so that a waiting parent never takes
-    #: a worker's core (with as many workers as cores it is one more busy process).
-    parent_spin_s: float
     #: Each slot's cores (None: the OS chooses); a process's slots share its cores.
     cpu_affinity: tuple[tuple[int, ...] | None, ...]
     #: Slots (handshake slots, env blocks: the step API's workers) served by one process: 2
@@ -91,6 +86,15 @@ class Layout:
         return self.slots(w // self.slots_per_process)
 
     @property
+    def parent_spin_s(self) -> float:
+        """The parent's spin before it sleeps in a wait for steps, in seconds: ``spin_s`` where
+        ``options.spin_us`` sets it; automatically, only where the worker processes and this
+        one each have a core (with "share" this process steps a block, so one worker process
+        fewer), so that a waiting parent never takes a worker's core."""
+        processes = self.options.num_workers + (0 if self.placement == "share" else 1)
+        return spin_seconds(self.options.spin_us, processes)
+
+    @property
     def parent_slots(self) -> range:
         """The slots that the trainer's own process serves (``env_placement``): the last
         process's with "share", every slot with "parent", none with "workers"."""
@@ -120,7 +124,6 @@ class Layout:
         return cls(
             env_fns=envs.fns, options=o, num_envs=envs.count,
             context=resolve_context(o.context), spin_s=spin_seconds(o.spin_us, o.num_workers),
-            parent_spin_s=spin_seconds(o.spin_us, o.num_workers + 1),
             cpu_affinity=per_slot(check_affinity(o.cpu_affinity, o.num_workers), k),
             slots_per_process=k, hosted=envs.hosted, transport=decide_transport(o.handshake),
             placement=o.env_placement,
