@@ -158,12 +158,7 @@ class StepChannel(Channel):
                     read_batch(self._schema, RESET, bits[:, 1], self._sizes), {})
             self._hs.received_all()
             self._states.transition_all(WorkerState.IDLE)
-            timers = self._timers
-            timers["recvs"] += 1.0
-            timers["workers_received"] += float(len(self.blocks))
-            done = time.perf_counter()
-            timers["wait_s"] += done - started
-            timers["return_s"] += done - read
+            self._count_recv(len(self.blocks), started, read)
         finally:
             signals.commit()  # the last call: the batch is taken, a SIGINT is the next call's
         return result
@@ -194,15 +189,19 @@ class StepChannel(Channel):
         signals.enter()
         try:
             result = self._gathered(workers, ready)
-            timers = self._timers
-            timers["recvs"] += 1.0
-            timers["workers_received"] += float(len(ready))
-            done = time.perf_counter()
-            timers["wait_s"] += done - started
-            timers["return_s"] += done - read
+            self._count_recv(len(ready), started, read)
         finally:
             signals.commit()  # the last call: the steps are taken, a SIGINT is the next call's
         return result
+
+    def _count_recv(self, workers: int, started: float, read: float) -> None:
+        """The stats of a recv of ``workers`` steps whose wait began at ``started`` and whose
+        reading (the parent's own work) at ``read``."""
+        timers, done = self._timers, time.perf_counter()
+        timers["recvs"] += 1.0
+        timers["workers_received"] += float(workers)
+        timers["wait_s"] += done - started
+        timers["return_s"] += done - read
 
     def _gathered(self, workers: np.ndarray, ready: list[int]) -> StepResult:
         """``gather`` of ``workers`` (all finished, their replies plain) with their infos; their
