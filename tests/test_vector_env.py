@@ -58,8 +58,10 @@ def test_matches_sync_vector_env(make_vector_env, name, mode):
         ref.action_space.seed(5)
         for t in range(40):
             actions = ref.action_space.sample()
-            expected = ref.step(actions)
-            assert_same(expected, ours.step(actions), f"step {t}")
+            expected, got = ref.step(actions), ours.step(actions)
+            assert_same(expected, got, f"step {t}")
+            # gymnasium's own tests compare types (data_equivalence): a dict, not a subclass.
+            assert type(got[4]) is dict, f"step {t}: infos are a {type(got[4]).__name__}"
             done = expected[2] | expected[3]
             if mode == "Disabled" and done.any():
                 options = {"reset_mask": done}
@@ -405,11 +407,7 @@ def test_stats_show_what_vector_env_adds_to_a_step(make_vector_env):
     stats = env.sampler.stats()
     assert stats["vector_infos_s"] == stats["obs_copy_s"] == 0.0
     for _ in range(5):
-        env.step(np.ones(4, dtype=np.int64))
-    stats = env.sampler.stats()
-    assert stats["vector_infos_s"] == 0.0 < stats["obs_copy_s"]  # infos not read: not built
-    for _ in range(5):
-        dict(env.step(np.ones(4, dtype=np.int64))[4])  # read: built
+        env.step(np.ones(4, dtype=np.int64))  # the infos are built at every step
     stats = env.sampler.stats()
     assert stats["vector_infos_s"] > 0 and stats["obs_copy_s"] > 0
     assert stats["vector_infos_pct"] + stats["obs_copy_pct"] < 100

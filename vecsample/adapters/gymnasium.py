@@ -286,7 +286,7 @@ class VectorEnv(gym.vector.VectorEnv):
 
     def _stepped(self, v: StepResult) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray,
                                                 dict[str, Any]]:
-        """gymnasium's five values of the step ``v``: copies, and the infos built when read."""
+        """gymnasium's five values of the step ``v``: copies, and its vector infos."""
         infos = self._vector_infos(v)
         started = time.perf_counter()
         obs = self._observations(v.obs)
@@ -294,27 +294,17 @@ class VectorEnv(gym.vector.VectorEnv):
         self._ended = v.terminated | v.truncated
         return obs, v.rewards.copy(), v.terminated.copy(), v.truncated.copy(), infos
 
-    def _vector_infos(self, v: StepResult) -> vector_infos.LazyInfos:
-        """gymnasium's vector infos of the step ``v``, built from its info columns when first
-        read (their build time goes to ``stats()``'s ``vector_infos``). What they need is kept
-        now: the column copies, and a copy of the final observations (shared memory's are
-        the next step's once it is sent)."""
-        same_step = self.mode is AutoresetMode.SAME_STEP
-        if not (v.infos.columnar()[0] or v.infos.columnar()[1] or v.reset_infos.columnar()[0]
-                or v.reset_infos.columnar()[1] or (same_step and v.has_final_obs.any())):
-            return vector_infos.LazyInfos(dict)  # nothing to build: gymnasium's {} at once
-        has_final = v.has_final_obs.copy()
-        finals = _kept(v.final_obs) if same_step and bool(np.count_nonzero(has_final)) else None
-        space, step, reset, mode = self.single_observation_space, v.infos, v.reset_infos, self.mode
-
-        def build() -> dict[str, Any]:
-            started = time.perf_counter()
-            built = vector_infos.build(step, reset, mode, has_final,
-                                       lambda i: _unbatch(space, finals, i), self._add_info)
-            self._parts.add(time.perf_counter() - started, 0.0)
-            return built
-
-        return vector_infos.LazyInfos(build)
+    def _vector_infos(self, v: StepResult) -> dict[str, Any]:
+        """gymnasium's vector infos of the step ``v``: a plain ``dict``, as gymnasium's own
+        (its vector tests compare the type), built now from the step's info columns, and
+        ``{}`` at once where the step has none; the build's time goes to ``stats()``'s
+        ``vector_infos``."""
+        started = time.perf_counter()
+        space, finals = self.single_observation_space, v.final_obs
+        built = vector_infos.build(v.infos, v.reset_infos, self.mode, v.has_final_obs.copy(),
+                                   lambda i: _unbatch(space, finals, i), self._add_info)
+        self._parts.add(time.perf_counter() - started, 0.0)
+        return built
 
     def _observations(self, obs: Any) -> Any:
         if self.copy or not self.shared_memory:
@@ -616,16 +606,6 @@ def _as_tuples(space: Any, tree: Any) -> Any:
     if isinstance(space, spaces.Tuple):
         return tuple(_as_tuples(sub, part) for sub, part in zip(space.spaces, tree, strict=True))
     return tree if isinstance(space, FIXED_SPACES) else tuple(tree)
-
-
-def _kept(tree: Any) -> Any:
-    """``tree`` with copies of its arrays (views of shared memory, rewritten by the next step);
-    pickled leaves, fresh objects of their step, as they are."""
-    if isinstance(tree, dict):
-        return {k: _kept(v) for k, v in tree.items()}
-    if isinstance(tree, tuple):
-        return tuple(_kept(v) for v in tree)
-    return tree.copy() if isinstance(tree, np.ndarray) else tree
 
 
 def _unbatch(space: Any, tree: Any, i: int) -> Any:

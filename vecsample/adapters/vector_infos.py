@@ -1,5 +1,5 @@
 """gymnasium's vector infos (``info[k]``, ``info["_k"]``), built from info columns: the one
-builder of the package, run only when the infos are read.
+builder of the package.
 
 Infos travel as *columns*: per key, one array of ``num_envs`` rows (or a nested dict of such
 arrays), with a presence mask. Two sources hand them here:
@@ -9,10 +9,13 @@ arrays), with a presence mask. Two sources hand them here:
   hosted block writes those columns into the shared info columns as they are, without
   building anything (``_worker/hosted_block.py``);
 - ``VectorEnv`` gets every step's ``InfoMap``s, restarts included: the columns the workers
-  wrote in shared memory (``_wire/infos.py``) and the pickled rest (``build``).
+  wrote in shared memory (``_wire/infos.py``) and the pickled rest (``build``), and builds its
+  step's infos at once, as the plain ``dict`` gymnasium returns (its vector tests compare the
+  type, which a ``dict`` filled when first read fails).
 
-``LazyInfos`` is a ``dict`` that holds nothing until it is first read: a caller who never reads
-a step's infos pays nothing for them, one who reads them pays once per step. Each key that
+``LazyInfos`` is a ``dict`` that holds nothing until it is first read: a caller of a batch env
+who never reads a step's infos pays nothing for them, one who reads them pays once per step,
+and a hosted block reads the columns without building. Each key that
 lives in a column becomes one ``np.where`` over whole arrays (the step's values, or the reset's
 for the envs reset in this step); a key in every env of the step's columns only, the common
 step, is its column as it is. Only keys that also have pickled values (another type than their
