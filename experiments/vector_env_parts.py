@@ -1,8 +1,8 @@
 """Where VectorEnv's ``step`` spends its parent time in the live loop (docs/lab/benchmarks.md).
 
 One ``VectorEnv`` with gymnasium's defaults (NextStep, infos, ``copy=True``) is stepped with
-actions sampled once. The sampler's parts are timed on their own clock, step by step (their
-public methods wrapped on the instance); VectorEnv's own parts, the vector infos and the
+actions sampled once. The sampler's part is timed on its own clock, step by step (its public
+``step`` wrapped on the instance); VectorEnv's own parts, the vector infos and the
 observation copy, come from ``sampler.stats()`` (``vector_infos_s``, ``obs_copy_s``: their total
 time over the timed steps, so their mean per step, with no median). The parts
 that cost VectorEnv more than ``VecSampler.step`` are the vector infos, the observation copy
@@ -27,9 +27,9 @@ import tyro
 
 from vecsample import VectorEnv
 
-#: The sampler's parts of a step, timed call by call: (label, its public method's name).
-PARTS = (("send_all: check, copy, post, yield", "send_all"),
-         ("recv_batch: wait, read every row", "recv_batch"))
+#: The sampler's part of a step, timed call by call: (label, its public method's name).
+#: ``VectorEnv.step`` is one ``VecSampler.step`` (check, copy, post, wait, read every row).
+PARTS = (("VecSampler.step: post, wait, read", "step"),)
 #: VectorEnv's own parts, as ``stats()`` reports them: (label, phase).
 PHASES = (("vector infos from the columns", "vector_infos"),
           ("observation copy (copy=True)", "obs_copy"))

@@ -184,11 +184,9 @@ def test_vector_env_parts_experiment_times_every_part():
                       "--steps", "50")
     assert proc.returncode == 0, proc.stderr
     parts = [line.split("  ")[0] for line in proc.stdout.splitlines()[2:]]
-    # send_all yields the core itself now (issue 31); VectorEnv's wait is recv_batch, one call
-    # for the wait and the whole batch (issue 32)
-    assert parts == ["send_all: check, copy, post, yield", "recv_batch: wait, read every row",
-                     "vector infos from the columns", "observation copy (copy=True)",
-                     "the whole step()"], proc.stdout
+    # VectorEnv.step is one VecSampler.step (the post, the wait and the rows in one call)
+    assert parts == ["VecSampler.step: post, wait, read", "vector infos from the columns",
+                     "observation copy (copy=True)", "the whole step()"], proc.stdout
 
 
 # --- `vecsample compare`'s last lines: who won, in the table's own ratio -------------------------
