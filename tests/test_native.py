@@ -12,6 +12,7 @@ import dataclasses
 import os
 import sys
 import time
+import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -162,6 +163,28 @@ def test_auto_without_the_c_path_says_so_once_and_runs_python(make_sampler, monk
     assert not second.layout.native
     second.reset()
     assert second.step(np.ones(2, dtype=np.int64)).rewards.tolist() == [1.0, 1.0]
+
+
+def test_a_build_older_than_its_source_is_declined(tmp_path):
+    """A checkout changed after ``pip install -e .`` keeps its old build: the digest setup.py
+    stamps into it no longer matches the source beside it, and the build is declined (an
+    install that ships the build without its source is taken as it is)."""
+    source = tmp_path / "_native.c"
+    source.write_text("int posts;\n")
+    built = types.ModuleType("_native")
+    built.SOURCE_DIGEST = handshake.source_digest(source)  # type: ignore[attr-defined]
+    assert not handshake.is_stale(built, source)
+    source.write_text("int posts, post_many;\n")
+    assert handshake.is_stale(built, source)
+    assert handshake.is_stale(types.ModuleType("_native"), source)  # built before the stamp
+    assert not handshake.is_stale(built, tmp_path / "not_shipped.c")
+
+
+def test_this_checkout_runs_its_own_build_or_says_why_not():
+    """The build this suite runs is the one of the source here; a stale one fails this test
+    with the command that rebuilds it (the rest of the suite would quietly run Python)."""
+    assert not handshake._STALE, handshake.NATIVE_MISSING
+    assert handshake.MACHINE.native or handshake.NATIVE_MISSING
 
 
 def test_python_is_always_there(make_sampler):

@@ -22,6 +22,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* The digest of this file that setup.py passes in (handshake.py compares it with the source
+ * beside the build, to decline a build older than its source). */
+#ifndef VECSAMPLE_SOURCE_DIGEST
+#define VECSAMPLE_SOURCE_DIGEST "unknown"
+#endif
+
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -774,7 +780,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         PyModule_AddIntConstant(m, "CLOSING", CLOSING) < 0 ||
         PyModule_AddIntConstant(m, "SCHEMA", SCHEMA) < 0 ||
         PyModule_AddIntConstant(m, "BELL", BELL) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_SLEEP_MS", (int)(MAX_SLEEP_NS / 1000000)) < 0) {
+        PyModule_AddIntConstant(m, "MAX_SLEEP_MS", (int)(MAX_SLEEP_NS / 1000000)) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE_DIGEST", VECSAMPLE_SOURCE_DIGEST) < 0) {
         Py_DECREF(m);
         return NULL;
     }

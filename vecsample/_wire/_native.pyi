@@ -16,6 +16,7 @@ CLOSING: int
 SCHEMA: int
 BELL: int
 MAX_SLEEP_MS: int
+SOURCE_DIGEST: str
 
 class Parent:
     def __init__(self, control: np.ndarray, num_workers: int, ring_fd: int,

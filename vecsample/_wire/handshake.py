@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import hashlib
 import math
 import os
 import platform
@@ -41,6 +42,7 @@ import types
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -90,6 +92,28 @@ try:
 except ImportError:  # no C compiler at install, or not Linux on x86-64: pure Python
     _native = None
 
+
+def source_digest(source: Path) -> str | None:
+    """The digest of ``source`` that setup.py stamps into the build (``SOURCE_DIGEST``), or
+    None where the source is not there to read (an install that ships the build alone)."""
+    try:
+        return hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
+def is_stale(native: types.ModuleType, source: Path) -> bool:
+    """True where ``native`` was built from another ``source`` than the one beside it: a
+    checkout updated after ``pip install -e .`` keeps the old build, whose functions may not
+    match this module's (it is declined, and NATIVE_MISSING says how to rebuild)."""
+    digest = source_digest(source)
+    return digest is not None and getattr(native, "SOURCE_DIGEST", None) != digest
+
+
+_STALE = _native is not None and is_stale(_native, Path(__file__).with_name("_native.c"))
+if _STALE:
+    _native = None
+
 #: Linux's futex system call number on x86-64 (the futex is used where stores are ordered).
 _SYS_FUTEX = {"x86_64": 202, "amd64": 202}.get(platform.machine().lower())
 # Shared (not private) operations, the word being in shared memory; the bitset variants let one
@@ -136,6 +160,10 @@ MACHINE = Transport(
 )
 #: Why the C path cannot run here, in one line (None when it can).
 NATIVE_MISSING = None if MACHINE.native else (
+    "vecsample's native handshake was built from an older _native.c than the one beside it "
+    "(the checkout changed after `pip install -e .`): the pure-Python handshake runs instead; "
+    "rebuild it with `pip install -e .` (or `python setup.py build_ext --inplace`)"
+    if _STALE else
     "vecsample's native handshake is not built (no C compiler when vecsample was installed): "
     "the pure-Python handshake runs instead, with more parent CPU per batch; install a C "
     "compiler (gcc) and reinstall vecsample to build it"
