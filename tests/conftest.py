@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +20,14 @@ from helpers import force_transport
 from vecsample import VecSampler, VectorEnv
 from vecsample._wire import handshake
 from vecsample.testing import CountingEnv, fns
+
+# A suite started in the background by a non-interactive shell (`cmd &` in a script, as a CI
+# runner may start it) inherits SIGINT ignored (POSIX), and Python then installs no
+# KeyboardInterrupt handler: every Ctrl-C test would fail, and their subprocesses with them
+# (an ignored signal survives exec). Python's own handler here, where the launcher left none;
+# a handler set on purpose stays.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: The test modules that exercise the step handshake: each test of them runs on both paths.
 BOTH_PATHS = frozenset({
