@@ -104,14 +104,18 @@ schemas = st.lists(
 ).map(lambda specs: [(f"k{i}", *spec) for i, spec in enumerate(specs)])
 
 
+@pytest.mark.parametrize("placement", ["workers", "share", "parent"])
 @pytest.mark.parametrize("mode", list(AutoresetMode))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=schemas, length=st.integers(2, 4))
-def test_vector_infos_equal_sync_vector_env(mode: AutoresetMode, schema: list[Any],
-                                            length: int) -> None:
+def test_vector_infos_equal_sync_vector_env(mode: AutoresetMode, placement: str,
+                                            schema: list[Any], length: int) -> None:
+    """Whatever the placement: a block stepped in this process writes its infos to the
+    columns as a worker process does."""
     fns = [functools.partial(InfoEnv, i, schema, length) for i in range(5)]
     sync = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode(mode.value))
-    ours = vecsample.VectorEnv(fns, num_workers=2, autoreset_mode=mode.value, context="fork")
+    ours = vecsample.VectorEnv(fns, num_workers=2, autoreset_mode=mode.value, context="fork",
+                               env_placement=placement)
     try:
         assert_same(sync.reset(seed=0)[1], ours.reset(seed=0)[1], "reset infos")
         ended = np.zeros(5, dtype=bool)
@@ -128,6 +132,44 @@ def test_vector_infos_equal_sync_vector_env(mode: AutoresetMode, schema: list[An
     finally:
         ours.close()
         sync.close()
+
+
+@pytest.mark.parametrize("placement", ["workers", "parent"])
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_step_where_every_env_gave_every_key_is_its_columns(monkeypatch, placement: str,
+                                                              every: int) -> None:
+    """The common step (no env reset or ended, every key in every env: ``every`` 1) takes
+    the short path, the columns as they are, and equals gymnasium's; a key some envs lack
+    (``every`` 2) takes the general one and equals it too. (The reset, and the first step,
+    whose keys are not columns yet, take the general one.)"""
+    schema = [("k0", "float", every, 0, "step"), ("k1", "vec_f4", 1, 0, "step"),
+              ("k2", "int", 1, 0, "both")]
+    fns = [functools.partial(InfoEnv, i, schema, 50) for i in range(4)]
+    full = vector_infos._full
+    calls = [0]
+
+    def counted(*args: Any) -> Any:
+        calls[0] += 1
+        return full(*args)
+
+    monkeypatch.setattr(vector_infos, "_full", counted)
+    sync = gym.vector.SyncVectorEnv(fns)
+    ours = vecsample.VectorEnv(fns, num_workers=2, context="fork", env_placement=placement)
+    try:
+        sync.reset(seed=0), ours.reset(seed=0)
+        general = 0  # the steps where some env lacks k0 (the general path: two calls each)
+        for t in range(10):
+            if t == 1:  # the keys have columns from here on
+                calls[0] = 0
+            expected = sync.step(np.ones(4, dtype=np.int64))[4]
+            got = ours.step(np.ones(4, dtype=np.int64))[4]
+            assert_same(expected, got, f"step {t} infos")
+            general += t >= 1 and "_k0" in expected and not expected["_k0"].all()
+    finally:
+        ours.close()
+        sync.close()
+    assert (general > 0) == (every == 2), general  # each path was taken
+    assert calls[0] == 2 * general, calls
 
 
 class SlowInfoEnv(InfoEnv):

@@ -180,6 +180,23 @@ def _joined(blocks: list[Block], n: int) -> Full | None:
             for j, (column, _, _) in enumerate(ordered[0][1])}
 
 
+def _plain(blocks: list[Block], n: int) -> dict[str, Any] | None:
+    """The common step of a full batch, no env reset or ended in it: blocks of the same
+    columns tiling every row (one, ``infos.read_batch``'s, from worker processes; one a block
+    from blocks stepped here), each key's present in every env. Its vector infos are then the
+    columns joined, as the general path below would give them (each value array and its
+    mask, in column order), without placing or picking; None otherwise."""
+    joined = _joined(blocks, n)
+    if joined is None:
+        return None
+    infos: dict[str, Any] = {}
+    for key, (values, present, _) in joined.items():
+        if not present.all():
+            return None
+        infos[key], infos[f"_{key}"] = values, present
+    return infos
+
+
 def build(step: InfoMap, reset: InfoMap, mode: AutoresetMode, has_final: np.ndarray,
           final_obs: Callable[[int], Any], add_info: AddInfo) -> dict[str, Any]:
     """The vector infos of one step of every env, a restart's included (its infos are
@@ -189,6 +206,10 @@ def build(step: InfoMap, reset: InfoMap, mode: AutoresetMode, has_final: np.ndar
     if not (s[0] or s[1] or r[0] or r[1] or finals):
         return {}  # no info at all this step (CartPole's common case): nothing to build
     n = len(has_final)
+    if not (r[0] or r[1] or s[1] or finals):
+        plain = _plain(s[0], n)
+        if plain is not None:
+            return plain
     s_full, r_full = _full(s[0], n), _full(r[0], n)
     if mode is AutoresetMode.SAME_STEP:
         use_reset = has_final
