@@ -35,14 +35,16 @@ if TYPE_CHECKING:
 
     from vecsample._parent.layout import Layout
 
-#: What waiting for a worker process adds to a step beyond its envs' time, where the worker
-#: spins on a core of its own (the step is posted, seen, published and read through shared
-#: memory): 7-21 µs on the 2-core development VM (Intel Xeon, Python 3.11, commit 75f589e),
-#: from steps of CartPole x 4 and x 8 with CleanRL's MLP (one block here against two, and a
-#: share; docs/lab/benchmarks.md, "Small workloads", ``experiments/small_workloads.py``). A
+#: What waiting for a worker process adds to a step beyond its envs' time (the step is
+#: posted, seen, published, read, and the second block's infos joined): on the 2-core AMD EPYC
+#: VM at commit 80a743a, 37-100 µs (median 43) over CartPole-v1 and HalfCheetah-v5 x 4 and
+#: x 16 with CleanRL's MLP between steps, read off "share" and "parent" steps of the same run
+#: (``docs/lab/scripts/round_trip.py``; docs/lab/benchmarks.md, "The round trip, measured");
+#: 7-21 µs on the 2-core Intel Xeon VM at 75f589e. The larger is the price: priced at 15 µs,
+#: "auto" chose "share" for CartPole x 4 where "parent" measured faster on both VMs. A
 #: constant, not measured at start: timing it would mean starting the worker processes that
 #: the choice may do without. ``Options.placement_costs`` replaces it (and ``BLOCK_S``).
-ROUND_TRIP_S = 15e-6
+ROUND_TRIP_S = 45e-6
 #: What one more block costs the process that steps it, beyond its envs' time: 13-14 µs on
 #: the same VM (two blocks stepped here against one, the same envs; commit 75f589e).
 BLOCK_S = 13e-6

@@ -1,12 +1,15 @@
 """What a worker process costs a synchronous step on this machine: auto's ROUND_TRIP_S, measured.
 
-``env_placement="auto"`` (vecsample/_parent/autoplace.py) prices two blocks stepped one after
-another in the trainer's process ("parent": ``2 * each``) against the same two stepped at once,
-one here and one in a worker process ("share": ``each + round_trip``). This script measures
-both with CleanRL's MLP between steps (``experiments/small_workloads.py``'s policy, one torch
-thread), timing the ``step()`` calls alone, in interleaved rounds, and reads the round trip off
-them: ``share - parent / 2``. It prints, per workload, the median step time of each placement,
-the round trip so read, and auto's own timing of one block (``time_block``, what it prices).
+``env_placement="auto"`` (vecsample/_parent/autoplace.py) prices the envs stepped one after
+another in the trainer's process against two blocks stepped at once, one here and one in a
+worker process, which costs one block plus what the wait for the worker adds (its
+``ROUND_TRIP_S``). This script measures both with CleanRL's MLP between steps
+(``experiments/small_workloads.py``'s policy, one torch thread), timing the ``step()`` calls
+alone, in interleaved rounds: ``"parent"`` (every env in one loop here: ``F + 2 * block``,
+``F`` being the step's fixed cost) and ``"share"`` (``F + block + round_trip``), and reads the
+round trip off them, ``share - parent + block``, with ``block`` auto's own timing of half the
+envs (``time_block``, what it prices). It prints, per workload, the median step time of each
+placement, that block, and the round trip of each round (median, min–max).
 
 Run from the checkout: ``PYTHONPATH=. python docs/lab/scripts/round_trip.py``
 """
@@ -73,9 +76,10 @@ def measure(env_id: str, n: int) -> dict[str, float]:
         for e in envs.values():
             e.close()
     med = {p: statistics.median(ts) for p, ts in times.items()}
-    trips = [s - p / 2 for s, p in zip(times["share"], times["parent"], strict=True)]
+    block = block_time(env_id, n)
+    trips = [s - p + block for s, p in zip(times["share"], times["parent"], strict=True)]
     return {**med, "round_trip": statistics.median(trips), "low": min(trips),
-            "high": max(trips), "block": block_time(env_id, n)}
+            "high": max(trips), "block": block}
 
 
 def main() -> None:
