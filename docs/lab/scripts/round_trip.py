@@ -1,4 +1,4 @@
-"""What a worker process costs a synchronous step on this machine: auto's ROUND_TRIP_S, measured.
+"""What waiting for a worker process adds to a step: auto's ROUND_TRIP_S (docs/lab/benchmarks.md).
 
 ``env_placement="auto"`` (vecsample/_parent/autoplace.py) prices the envs stepped one after
 another in the trainer's process against two blocks stepped at once, one here and one in a
