@@ -260,7 +260,8 @@ class SharingChannel(StepChannel):
     those of them that are pending, here (``LocalSteps``), while the worker processes step
     theirs. A block served here keeps a control row, which is completed as its step ends (as
     a worker's would be), so the waits and the full batch treat it as any slot; its outcome
-    (its infos as the env gave them, or its error) is read from here, not from a pipe. Chosen
+    (the info columns it wrote and the values no column takes, or its error) is read from
+    here, not from a pipe. Chosen
     once by the sampler: a sampler without such slots pays nothing for them."""
 
     def __init__(self, layout: Layout, buffers: SharedBuffers, pool: WorkerPool,
