@@ -181,11 +181,12 @@ def _joined(blocks: list[Block], n: int) -> Full | None:
 
 
 def _plain(blocks: list[Block], n: int) -> dict[str, Any] | None:
-    """The common step of a full batch, no env reset or ended in it: blocks of the same
-    columns tiling every row (one, ``infos.read_batch``'s, from worker processes; one a block
-    from blocks stepped here), each key's present in every env. Its vector infos are then the
-    columns joined, as the general path below would give them (each value array and its
-    mask, in column order), without placing or picking; None otherwise."""
+    """The common step of a full batch, no env reset or ended in it: blocks with the same
+    columns that tile every row (the worker processes' rows come as one block,
+    ``infos.read_batch``; each block stepped here comes as its own), every key present in
+    every env. Its vector infos are then the columns joined, as the general path below would
+    give them (each value array and its mask, in column order), without placing or picking;
+    None otherwise."""
     joined = _joined(blocks, n)
     if joined is None:
         return None
