@@ -713,3 +713,33 @@ def test_auto_prices_a_step_with_the_costs_the_options_give(make_sampler, monkey
     assert "900000 µs for the wait for a worker process" in dear.layout.placement_reason
     with pytest.raises(errors.ConfigError, match="placement_costs"):
         make_sampler(fns(CountingEnv, 4), num_workers=2, placement_costs=(-1, 0))
+
+
+class LateKeyEnv(CountingEnv):
+    """Gives the info key "late" from its first step in envs ``first`` and up, from the third
+    step in the others: a key that the block stepped here proposes before any worker does."""
+
+    def __init__(self, env: int, first: int) -> None:
+        super().__init__(env_index=env, length=100)
+        self.env, self.first = env, first
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.env >= self.first or self.t >= 3:
+            info = {**info, "late": float(self.env)}
+        return obs, reward, terminated, truncated, info
+
+
+def test_a_key_proposed_here_first_reaches_the_worker_processes_as_a_column(make_sampler):
+    """A key that a block stepped here gives first gets a column, which the worker processes
+    learn too: once every env gives it, no env's value travels pickled (a column the worker
+    processes were never told of would leave theirs pickled for good)."""
+    s = make_sampler([functools.partial(LateKeyEnv, i, 2) for i in range(4)], num_workers=2,
+                     env_placement="share")
+    s.reset(seed=0)
+    for _ in range(6):
+        result = s.step(ones(4))
+    blocks, leftovers = result.infos.columnar()
+    assert not leftovers, leftovers
+    assert [c.key for _, columns in blocks for c, _, _ in columns] == ["late"]
+    assert result.infos[0]["late"] == 0.0 and result.infos[3]["late"] == 3.0

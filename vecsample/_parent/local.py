@@ -37,7 +37,7 @@ from vecsample._parent.layout import Layout
 from vecsample._parent.stats import Meter
 from vecsample._parent.stepping import StepChannel, add_infos, closed_while_waiting
 from vecsample._wire.handshake import REPLY_MESSAGE, REPLY_PLAIN, HandshakeState
-from vecsample._wire.infos import Schema
+from vecsample._wire.infos import Schema, Signature
 from vecsample._wire.protocol import ErrorReport, WorkerState
 from vecsample._wire.shm import SharedBuffers
 from vecsample.inprocess import Stepped
@@ -58,11 +58,16 @@ class LocalSteps:
 
     def __init__(self, pool: WorkerPool, slots: Sequence[int], schema: Schema,
                  timers: dict[str, float],
-                 ended: Callable[[int, Outcome], None] | None = None) -> None:
+                 ended: Callable[[int, Outcome], None] | None = None,
+                 propose: Callable[[dict[str, Signature]], object] | None = None) -> None:
         self._pool = pool
-        #: The sampler's info columns (the channel's): a hosted batch env's block writes its
-        #: infos there, and proposes the keys that have none yet.
+        #: The sampler's info columns (the channel's): a block stepped here writes its infos
+        #: there, and proposes the keys that have none yet.
         self._schema = schema
+        #: How a proposal is taken: the channel's own where worker processes must learn of
+        #: the new columns too (``StepChannel.propose``, which publishes them), else the
+        #: schema's.
+        self._propose = propose or schema.propose
         self._timers = timers
         #: Called as each step ends, however it ends (``SharingChannel`` completes the slot's
         #: control row there, before an interrupt out of the step can leave it incomplete).
@@ -152,7 +157,7 @@ class LocalSteps:
         next steps."""
         left, candidates, step_bits, reset_bits = stepped
         if candidates:
-            self._schema.propose(candidates)
+            self._propose(candidates)
         if left or step_bits or reset_bits:
             add_infos(self._schema, result, block, left, (step_bits, reset_bits))
 
@@ -268,7 +273,7 @@ class SharingChannel(StepChannel):
                  meter: Meter | None = None) -> None:
         super().__init__(layout, buffers, pool, meter)
         self._here = LocalSteps(pool, layout.parent_slots, self._schema, self._timers,
-                                self._complete)
+                                self._complete, self.propose)
 
     def _start(self, w: int) -> None:
         super()._start(w)

@@ -37,6 +37,7 @@ from vecsample._wire.infos import (
     STEP,
     InfoRecord,
     Schema,
+    Signature,
     read_batch,
     read_block,
     read_rows,
@@ -265,6 +266,13 @@ class StepChannel(Channel):
             waiting.difference_update(lost)
             got.lost += [self._pool.died(w, "STEP") for w in lost]
 
+    def propose(self, candidates: dict[str, Signature]) -> None:
+        """Gives columns to the info keys a step proposed, and publishes them to every worker
+        process (each reads them before its next step), whichever block proposed them: a
+        worker process or a block stepped here."""
+        if self._schema.propose(candidates):
+            self._hs.publish(len(self._schema.columns))
+
     def _read_step(self, w: int, copy: bool) -> StepResult | errors.WorkerError:
         """Worker ``w``'s finished step, read off the handshake (and pipe) in one piece and
         stashed; or the error that names it, if it died while sending or its env raised."""
@@ -282,8 +290,8 @@ class StepChannel(Channel):
                 records, lane, candidates = payload
                 if lane:
                     self._buffers.apply_lane(self._layout.bounds(w)[0], lane)
-                if candidates and self._schema.propose(candidates):
-                    self._hs.publish(len(self._schema.columns))
+                if candidates:
+                    self.propose(candidates)
             result = self.result_of(w, copy)
             add_infos(self._schema, result, self.blocks[w], records, bits)
             self.stash(w, result)
