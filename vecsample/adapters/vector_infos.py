@@ -180,18 +180,12 @@ def _joined(blocks: list[Block], n: int) -> Full | None:
             for j, (column, _, _) in enumerate(ordered[0][1])}
 
 
-def _plain(blocks: list[Block], n: int) -> dict[str, Any] | None:
-    """The common step of a full batch, no env reset or ended in it: blocks with the same
-    columns that tile every row (the worker processes' rows come as one block,
-    ``infos.read_batch``; each block stepped here comes as its own), every key present in
-    every env. Its vector infos are then the columns joined, as the general path below would
-    give them (each value array and its mask, in column order), without placing or picking;
-    None otherwise."""
-    joined = _joined(blocks, n)
-    if joined is None:
-        return None
+def _plain(full: Full) -> dict[str, Any] | None:
+    """The common step's vector infos, no env reset or ended in it and every key present in
+    every env: the columns as ``_full`` gives them (each value array and its mask, in column
+    order), what ``_merge`` would return for them, without picking; None otherwise."""
     infos: dict[str, Any] = {}
-    for key, (values, present, _) in joined.items():
+    for key, (values, present, _) in full.items():
         if not present.all():
             return None
         infos[key], infos[f"_{key}"] = values, present
@@ -207,11 +201,12 @@ def build(step: InfoMap, reset: InfoMap, mode: AutoresetMode, has_final: np.ndar
     if not (s[0] or s[1] or r[0] or r[1] or finals):
         return {}  # no info at all this step (CartPole's common case): nothing to build
     n = len(has_final)
+    s_full = _full(s[0], n)
     if not (r[0] or r[1] or s[1] or finals):
-        plain = _plain(s[0], n)
+        plain = _plain(s_full)
         if plain is not None:
             return plain
-    s_full, r_full = _full(s[0], n), _full(r[0], n)
+    r_full = _full(r[0], n)
     if mode is AutoresetMode.SAME_STEP:
         use_reset = has_final
     elif mode is AutoresetMode.NEXT_STEP:  # a reset step has no step info: its reset info wins
