@@ -16,7 +16,6 @@ experiments/ (whose scripts use public names only). Run from the checkout:
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 import warnings
@@ -92,4 +91,4 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
 if __name__ == "__main__":
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        main(dataclasses.replace(parse_args()))
+        main(parse_args())
